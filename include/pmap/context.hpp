@@ -1,0 +1,140 @@
+/// @file context.hpp
+/// @brief pmap::Context: what a kernel knows about its device, and the collectives.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "pmap/axes.hpp"
+#include "pmap/detail/team.hpp"
+#include "pmap/runtime.hpp"
+
+namespace pmap {
+
+template <class F, class In, class Out>
+class Mapped;
+
+namespace detail {
+struct Access;
+struct GroupInfo;
+}  // namespace detail
+
+/// @brief A device's view of the call it runs in: its device, its position on every bound
+/// axis, and the collectives that exchange values with the other devices.
+///
+/// A kernel receives it as an optional first parameter `pmap::Context&`. Every device of a
+/// group must call the same collectives in the same order with the same shapes (JAX's rule);
+/// a device waiting in a collective gives its worker thread back, so devices may outnumber
+/// threads.
+///
+/// Example:
+/// @code
+///   auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return x / ctx.psum(x, "i"); },
+///                       {.axis_name = "i"});
+/// @endcode
+///
+/// Thread safety: a Context belongs to one device; use it only from that device's kernel.
+class Context {
+ public:
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  /// @brief The device this kernel runs on.
+  const Device& device() const { return *device_; }
+  /// @brief Position on the named axes (flattened row-major over a list); {} = innermost.
+  int axis_index(AxisNames axes = {}) const;
+  /// @brief Size of the named axes (product over a list); {} = innermost.
+  int axis_size(AxisNames axes = {}) const;
+
+  /// @brief Sum over the group; bool sums to int32. Same on every member.
+  template <class X> auto psum(const X& x, AxisNames axes = {}, const Groups& groups = {});
+  /// @brief Mean over the device's own group; integers and bools give double.
+  template <class X> auto pmean(const X& x, AxisNames axes = {}, const Groups& groups = {});
+  /// @brief Elementwise maximum over the group.
+  template <class X> auto pmax(const X& x, AxisNames axes = {}, const Groups& groups = {});
+  /// @brief Elementwise minimum over the group.
+  template <class X> auto pmin(const X& x, AxisNames axes = {}, const Groups& groups = {});
+  /// @brief Elementwise axis index of the maximum (smallest index on ties), int32.
+  template <class X> auto pargmax(const X& x, AxisNames axes = {});
+  /// @brief Elementwise axis index of the minimum (smallest index on ties), int32.
+  template <class X> auto pargmin(const X& x, AxisNames axes = {});
+  /// @brief Stacks every member's x along a new axis `axis` (rank + 1).
+  template <class X>
+  auto all_gather(const X& x, AxisNames axes = {}, int axis = 0, const Groups& groups = {});
+  /// @brief Concatenates every member's x along `axis` (same rank).
+  template <class X>
+  auto all_gather(const X& x, AxisNames axes, int axis, tiled_t, const Groups& groups = {});
+  /// @brief Sums over the group and keeps slice p of dimension d (rank - 1); needs
+  /// shape[d] == group size.
+  template <class X>
+  auto psum_scatter(const X& x, AxisNames axes = {}, int scatter_dimension = 0,
+                    const Groups& groups = {});
+  /// @brief Sums over the group and keeps chunk p of dimension d (same rank).
+  template <class X>
+  auto psum_scatter(const X& x, AxisNames axes, int scatter_dimension, tiled_t,
+                    const Groups& groups = {});
+  /// @brief Sends slice q of split_axis to member q; received slices stack at concat_axis.
+  template <class X>
+  auto all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis,
+                  const Groups& groups = {});
+  /// @brief Tiled all_to_all: split_axis is divided by the group size, concat_axis multiplied.
+  template <class X>
+  auto all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
+                  const Groups& groups = {});
+  /// @brief Sends x along (source, destination) pairs; devices nobody sends to get zeros.
+  template <class X>
+  auto ppermute(const X& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm);
+  /// @brief Device i receives the value of device perm[i].
+  template <class X>
+  auto pshuffle(const X& x, AxisNames axes, const std::vector<int>& perm);
+  /// @brief Every device receives the value of device `source`.
+  template <class X> auto pbroadcast(const X& x, AxisNames axes, int source);
+
+ private:
+  friend struct detail::Access;
+  Context(detail::Team* team, int index, const Device* device, Runtime* runtime)
+      : member_{team, index, 0}, device_(device), runtime_(runtime) {}
+
+  /// The group of this device for a collective over `axes` with `groups`.
+  const detail::GroupInfo& group(const AxisNames& axes, const Groups& groups, bool equal_sizes,
+                                 const char* op);
+
+  detail::Member member_;
+  const Device* device_;
+  Runtime* runtime_;
+  std::unique_ptr<detail::GroupInfo> group_cache_;
+};
+
+namespace detail {
+
+/// A device's group for one collective: members in group order and this device's position.
+struct GroupInfo {
+  std::vector<int> axes;          ///< team axis ids, in the listed order
+  Groups groups;                  ///< as passed
+  std::vector<int> members;       ///< team indices, in group order
+  int position = 0;               ///< of this device in members
+  int axis_size = 1;              ///< size of the (flattened) named axis
+  std::uint64_t signature = 0;    ///< axes and groups, for the agreement check
+  std::string axis_label;         ///< "i", "('i', 'j')"
+};
+
+/// Internal access to Context for the dispatcher and the collectives.
+struct Access {
+  static Context make(Team* team, int index, const Device* device, Runtime* runtime) {
+    return Context(team, index, device, runtime);
+  }
+  static Member& member(Context& c) { return c.member_; }
+  static const Member& member(const Context& c) { return c.member_; }
+  static Runtime* runtime(const Context& c) { return c.runtime_; }
+  static const GroupInfo& group(Context& c, const AxisNames& axes, const Groups& groups,
+                                bool equal_sizes, const char* op) {
+    return c.group(axes, groups, equal_sizes, op);
+  }
+};
+
+/// The team axis ids named by `axes` (innermost for {}); NameError for unbound names.
+void resolve_axes(const Team& team, const AxisNames& axes, std::vector<int>& out);
+
+}  // namespace detail
+}  // namespace pmap

@@ -1,0 +1,221 @@
+/// @file arguments.hpp
+/// @brief Where arguments are validated and sliced: in_axes resolution, the E2-E5 checks,
+/// and the per-device views a kernel receives (SPEC 2.1, 3.1).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pmap/axes.hpp"
+#include "pmap/detail/errors.hpp"
+#include "pmap/detail/tensor_traits.hpp"
+
+namespace pmap::detail {
+
+// ---- in_axes resolution --------------------------------------------------------------------
+/// The spec entry type (int or none_t) that applies to argument K.
+template <class Spec, std::size_t K, class Arg>
+struct arg_spec;
+template <std::size_t K, class Arg>
+struct arg_spec<InAxes<>, K, Arg> {
+  using type = std::conditional_t<is_tree_v<Arg>, int, none_t>;
+  static type get(const InAxes<>&) {
+    if constexpr (std::is_same_v<type, int>) return 0;
+    else return none;
+  }
+};
+template <class A, std::size_t K, class Arg>
+struct arg_spec<InAxes<A>, K, Arg> {
+  using type = A;
+  static type get(const InAxes<A>& s) { return std::get<0>(s.entries); }
+};
+template <class A0, class A1, class... A, std::size_t K, class Arg>
+struct arg_spec<InAxes<A0, A1, A...>, K, Arg> {
+  using type = std::tuple_element_t<K, std::tuple<A0, A1, A...>>;
+  static type get(const InAxes<A0, A1, A...>& s) { return std::get<K>(s.entries); }
+};
+
+template <class Spec, std::size_t N>
+inline constexpr bool in_axes_count_ok = false;
+template <class... A, std::size_t N>
+inline constexpr bool in_axes_count_ok<InAxes<A...>, N> =
+    sizeof...(A) == 0 || sizeof...(A) == 1 || sizeof...(A) == N;
+
+/// What the kernel receives for argument Arg under spec entry type S.
+template <class Arg, class S>
+using arg_view_t = typename tree_view<std::remove_cvref_t<Arg>, std::is_same_v<S, int>>::type;
+
+// ---- argument paths for messages ("args[1][0]") ------------------------------------------
+struct Path {
+  const Path* parent = nullptr;
+  std::size_t index = 0;
+  std::string str() const {
+    return (parent ? parent->str() : std::string("args")) + "[" + std::to_string(index) + "]";
+  }
+};
+
+template <class Fn, class T>
+void for_each_leaf(const T& arg, const Path& path, Fn& fn) {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (is_tensor_leaf_v<U>) {
+    fn(arg, path);
+  } else if constexpr (is_tree_v<U>) {
+    if constexpr (requires { std::tuple_size<U>::value; } && !requires { arg.size(); }) {
+      std::apply(
+          [&](const auto&... elems) {
+            std::size_t i = 0;
+            (for_each_leaf(elems, Path{&path, i++}, fn), ...);
+          },
+          arg);
+    } else {
+      std::size_t i = 0;
+      for (const auto& elem : arg) for_each_leaf(elem, Path{&path, i++}, fn);
+    }
+  } else {
+    fn(arg, path);  // a non-tensor argument: rank 0
+  }
+}
+
+template <class T>
+Shape leaf_shape(const T& leaf) {
+  if constexpr (is_tensor_leaf_v<T>)
+    return shape_of_dims(leaf.dimensions(), tensor_leaf<std::remove_cvref_t<T>>::rank);
+  else
+    return Shape{};
+}
+
+template <class T>
+const char* leaf_dtype() {
+  if constexpr (is_tensor_leaf_v<T>) return dtype_name<typename tensor_leaf<std::remove_cvref_t<T>>::scalar>();
+  else return dtype_name<std::remove_cvref_t<T>>();
+}
+
+/// The first pass over the arguments: finds the axis size, or what is wrong (no allocation).
+struct Survey {
+  std::int64_t n = -1;           ///< size of the first mapped leaf
+  int mapped_leaves = 0;
+  bool sizes_differ = false;
+  bool rank_error = false;
+  int rank_error_axis = 0;
+  Shape rank_error_shape;
+};
+
+/// Normalises a possibly negative in_axis against a leaf's rank; -1 if out of range.
+inline int normalize_in_axis(int d, int rank) {
+  const int a = d < 0 ? d + rank : d;
+  return (a < 0 || a >= rank) ? -1 : a;
+}
+
+template <class Arg, class S>
+void survey_arg(const Arg& arg, S spec, std::size_t k, Survey& s) {
+  if constexpr (std::is_same_v<S, int>) {
+    auto fn = [&](const auto& leaf, const Path&) {
+      const Shape shape = leaf_shape(leaf);
+      const int a = normalize_in_axis(spec, shape.rank);
+      if (a < 0) {
+        if (!s.rank_error) {
+          s.rank_error = true;
+          s.rank_error_axis = spec;
+          s.rank_error_shape = shape;
+        }
+        return;
+      }
+      const std::int64_t size = shape.dims[static_cast<std::size_t>(a)];
+      if (s.mapped_leaves++ == 0)
+        s.n = size;
+      else if (size != s.n)
+        s.sizes_differ = true;
+    };
+    for_each_leaf(arg, Path{nullptr, k}, fn);
+  }
+}
+
+template <class Arg, class S>
+void collect_leaves(const Arg& arg, S spec, std::size_t k, std::vector<LeafInfo>& out) {
+  if constexpr (std::is_same_v<S, int>) {
+    auto fn = [&](const auto& leaf, const Path& path) {
+      using L = std::remove_cvref_t<decltype(leaf)>;
+      const Shape shape = leaf_shape(leaf);
+      out.push_back({path.str(), leaf_dtype<L>(), shape, normalize_in_axis(spec, shape.rank)});
+    };
+    for_each_leaf(arg, Path{nullptr, k}, fn);
+  }
+}
+
+// ---- per-device views ----------------------------------------------------------------------
+/// Staging buffers of one device for slices that are strided in memory.
+class Staging {
+ public:
+  template <class T>
+  T* allocate(std::int64_t count) {
+    buffers_.push_back(std::make_unique<unsigned char[]>(
+        static_cast<std::size_t>(count) * sizeof(T)));
+    return reinterpret_cast<T*>(buffers_.back().get());
+  }
+
+ private:
+  std::vector<std::unique_ptr<unsigned char[]>> buffers_;
+};
+
+/// Slice i of a tensor leaf along axis spec (or the whole leaf for none).
+template <class Leaf, class S>
+auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
+  using Tr = tensor_leaf<std::remove_cvref_t<Leaf>>;
+  using T = typename Tr::scalar;
+  constexpr int R = Tr::rank;
+  constexpr int L = Tr::layout;
+  if constexpr (!std::is_same_v<S, int>) {
+    return Eigen::TensorMap<const Eigen::Tensor<T, R, L>>(leaf.data(), leaf.dimensions());
+  } else {
+    static_assert(R >= 1, "a rank-0 tensor cannot be mapped");
+    const int d = normalize_in_axis(spec, R);
+    const auto& dims = leaf.dimensions();
+    Eigen::DSizes<Eigen::DenseIndex, R - 1> vdims;
+    for (int a = 0; a < R - 1; ++a) vdims[a] = dims[a < d ? a : a + 1];
+    const std::int64_t slice = vdims.TotalSize();
+    const bool contiguous = (L == Eigen::RowMajor) ? d == 0 : d == R - 1;
+    if (contiguous)
+      return Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>(leaf.data() + slice * i, vdims);
+    T* buf = staging.allocate<T>(slice);
+    Eigen::TensorMap<Eigen::Tensor<T, R - 1, L>>(buf, vdims) =
+        Eigen::TensorMap<const Eigen::Tensor<T, R, L>>(leaf.data(), dims).chip(i, d);
+    return Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>(buf, vdims);
+  }
+}
+
+/// The view of a whole argument for device i.
+template <class Arg, class S>
+decltype(auto) arg_view(const Arg& arg, S spec, int i, Staging& staging) {
+  using U = std::remove_cvref_t<Arg>;
+  if constexpr (!is_tree_v<U>) {
+    return static_cast<const Arg&>(arg);
+  } else if constexpr (is_tensor_leaf_v<U>) {
+    return leaf_view(arg, spec, i, staging);
+  } else if constexpr (requires { std::tuple_size<U>::value; } && !requires { arg.size(); }) {
+    return std::apply(
+        [&](const auto&... elems) {
+          return std::tuple<std::remove_cvref_t<decltype(arg_view(elems, spec, i, staging))>...>(
+              arg_view(elems, spec, i, staging)...);
+        },
+        arg);
+  } else if constexpr (requires { std::tuple_size<U>::value; }) {  // std::array
+    return [&]<std::size_t... J>(std::index_sequence<J...>) {
+      using V = arg_view_t<typename U::value_type, S>;
+      return std::array<V, sizeof...(J)>{arg_view(arg[J], spec, i, staging)...};
+    }(std::make_index_sequence<std::tuple_size<U>::value>{});
+  } else {  // std::vector
+    using V = arg_view_t<typename U::value_type, S>;
+    std::vector<V> views;
+    views.reserve(arg.size());
+    for (const auto& elem : arg) views.push_back(arg_view(elem, spec, i, staging));
+    return views;
+  }
+}
+
+}  // namespace pmap::detail

@@ -1,0 +1,43 @@
+/// @file errors.hpp
+/// @brief Out-of-line [[noreturn]] helpers that build and throw the messages of SPEC 5.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "pmap/detail/tensor_traits.hpp"
+
+namespace pmap::detail {
+
+/// One mapped leaf of the arguments, for error messages.
+struct LeafInfo {
+  std::string path;  ///< "args[1][0]"
+  const char* dtype = "";
+  Shape shape;
+  int axis = 0;      ///< normalised mapped axis
+};
+
+[[noreturn]] void raise_value_error(const std::string& message);
+[[noreturn]] void raise_no_devices();                                             // E1
+[[noreturn]] void raise_no_arguments(const std::string& name);                    // E2
+[[noreturn]] void raise_rank_too_small(const std::string& name, int axis, const Shape& shape);  // E3
+[[noreturn]] void raise_all_none(const std::string& name);                        // E4
+[[noreturn]] void raise_no_mapped_leaf();                                         // E4b
+[[noreturn]] void raise_inconsistent_sizes(const std::string& name,
+                                           std::span<const LeafInfo> leaves);     // E5
+[[noreturn]] void raise_axis_size_mismatch(std::int64_t given, std::int64_t n,
+                                           bool global);                          // E6
+[[noreturn]] void raise_too_many_devices(std::int64_t needed, int available);     // E7
+[[noreturn]] void raise_devices_mismatch(std::int64_t n, std::size_t k);          // E8
+[[noreturn]] void raise_out_axis(int axis, int output, int rank);                 // E10
+[[noreturn]] void raise_output_shapes_differ(int output, int device_a, const Shape& a,
+                                             int device_b, const Shape& b);       // E12
+[[noreturn]] void raise_not_replicated(int output, int device);                   // E13
+[[noreturn]] void raise_into_mismatch(int output, const char* expected_dtype,
+                                      const Shape& expected, const char* dtype,
+                                      const Shape& actual);
+[[noreturn]] void raise_unbound_axis(const std::string& axis);                     // E11
+[[noreturn]] void raise_device_error(int device, const std::string& message);
+
+}  // namespace pmap::detail

@@ -1,0 +1,145 @@
+/// @file team.hpp
+/// @brief Where a collective meets its peers: the rendezvous engine shared by every
+/// collective and by nested pmap.
+///
+/// A Team is the set of logical devices of one call (for a nested call: the whole grid of
+/// outer x inner devices). Each device owns one Slot. A collective is a sequence of phases;
+/// in each phase a device publishes "I reached phase k" in its slot and waits until every
+/// member of its group has too. Buffers are published in the slot before the first phase and
+/// read in place by the peers. A device that has to wait spins briefly when every device of
+/// the team can hold a thread, otherwise it suspends its oneTBB task (resumable tasks), so
+/// its worker thread runs other devices meanwhile.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <oneapi/tbb/spin_mutex.h>
+#include <oneapi/tbb/task.h>
+
+#include "pmap/axes.hpp"
+#include "pmap/detail/tensor_traits.hpp"
+#include "pmap/runtime.hpp"
+
+namespace pmap::detail {
+
+/// Thrown inside a device whose call was cancelled by another device's failure.
+/// Deliberately not a std::exception, so that kernels catching std::exception let it pass.
+struct Cancelled {};
+
+inline constexpr int kMaxAxes = 8;
+
+/// One named axis bound by an enclosing pmap.
+struct AxisBinding {
+  const std::string* name = nullptr;
+  int size = 1;
+};
+
+/// What a device is doing in a collective: enough to check that the members agree and
+/// to name the collective in error messages.
+struct OpDesc {
+  const char* name = "";           ///< "psum"
+  std::uint64_t signature = 0;     ///< kind, dtype, shape, axes, groups, parameters
+  const char* dtype = "";
+  Shape shape;
+  int phases = 2;                  ///< barriers this collective takes
+};
+
+struct alignas(64) Slot {
+  std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
+  std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
+  // Published before the first phase of a collective, read by peers after it.
+  std::atomic<std::uint64_t> signature{0};
+  const void* in = nullptr;
+  void* out = nullptr;
+  const void* extra = nullptr;
+  OpDesc desc;
+  char axes[64] = {};
+  // Guarded by Team::lock_.
+  bool suspended = false;
+  tbb::task::suspend_point resume_point = nullptr;
+  bool waiting = false;  ///< inside Team::wait (for error messages)
+};
+
+class Team {
+ public:
+  /// @param size devices in the team; @param axes outer to inner, product == size;
+  /// @param device_ids global device id of each member.
+  Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
+       int num_threads);
+  Team(const Team&) = delete;
+  Team& operator=(const Team&) = delete;
+
+  /// Prepares a finished team for the next call with the same devices.
+  void reset();
+
+  int size() const { return size_; }
+  int num_axes() const { return num_axes_; }
+  const AxisBinding& axis(int a) const { return axes_[a]; }
+  /// Index of member `m` along axis `a`.
+  int index_on(int m, int a) const { return (m / strides_[a]) % axes_[a].size; }
+  int stride(int a) const { return strides_[a]; }
+  int device_id(int m) const { return device_ids_[static_cast<std::size_t>(m)]; }
+  Slot& slot(int m) { return slots_[static_cast<std::size_t>(m)]; }
+  const Slot& slot(int m) const { return slots_[static_cast<std::size_t>(m)]; }
+
+  /// Phase k of the current collective of `me`: publish, wake waiting peers, wait until every
+  /// member reached it. Throws Cancelled if another device failed, DeviceError (E14) if a
+  /// member returned from its kernel or called a different collective.
+  void arrive_and_wait(int me, std::span<const int> members, std::uint64_t target);
+  /// Checks that every member published the same collective signature as `me`.
+  void check_agreement(int me, std::span<const int> members, std::uint64_t target) const;
+
+  /// The kernel of `me` returned (normally or not): peers waiting on it learn so.
+  void finish(int me);
+  /// Records the first failure and wakes every waiting device, which then throws Cancelled.
+  /// Returns true if this was the first failure.
+  bool fail(std::exception_ptr error);
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  std::exception_ptr error() const { return error_; }
+
+  /// Nested pmap: the child team of the current nesting rendezvous (published by its leader).
+  std::shared_ptr<Team> child;
+
+ private:
+  bool reached(std::span<const int> members, std::uint64_t target, int me);
+  void wake(std::span<const int> members);
+  void wake_all_locked();
+  void suspend_until(int me, std::span<const int> members, std::uint64_t target);
+  [[noreturn]] void raise_stuck(int me, std::span<const int> members, std::uint64_t target,
+                                int returned) const;
+  std::string describe_deadlock() const;
+
+  int size_;
+  int num_axes_ = 0;
+  AxisBinding axes_[kMaxAxes];
+  int strides_[kMaxAxes] = {};
+  std::vector<int> device_ids_;
+  std::unique_ptr<Slot[]> slots_;
+  bool may_spin_;
+
+  tbb::spin_mutex lock_;
+  int blocked_ = 0;                 // guarded by lock_
+  std::atomic<int> finished_{0};
+  std::atomic<int> sleepers_{0};    // == blocked_, readable without the lock
+  std::atomic<bool> cancelled_{false};
+  std::exception_ptr error_;        // written once under lock_, read after the join
+};
+
+/// A device's place in a team, and the per-device sequence of collectives.
+struct Member {
+  Team* team = nullptr;
+  int index = 0;               ///< position in the team
+  std::uint64_t phase = 0;     ///< phases completed by this device
+};
+
+/// The device the current fiber runs (nullptr outside of kernels). Kept fiber-correct:
+/// devices set and restore it around their kernel, Team restores it after a suspension.
+inline thread_local void* current_device = nullptr;
+
+}  // namespace pmap::detail

@@ -1,0 +1,19 @@
+/// @file pmap.hpp
+/// @brief The umbrella header of pmap: JAX's pmap for CPUs, over Eigen tensors and oneTBB.
+///
+/// @code
+///   #include <pmap/pmap.hpp>
+///   auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return pmap::eval(x / ctx.psum(x, "i")); },
+///                       {.axis_name = "i"});
+/// @endcode
+#pragma once
+
+#include "pmap/axes.hpp"
+#include "pmap/collectives.hpp"
+#include "pmap/context.hpp"
+#include "pmap/errors.hpp"
+#include "pmap/eval.hpp"
+#include "pmap/logging.hpp"
+#include "pmap/mapped.hpp"
+#include "pmap/options.hpp"
+#include "pmap/runtime.hpp"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages pmap builds, tests and benchmarks against, when any is
+# missing. Sourced by scripts/test.sh and scripts/bench.sh; safe to run on its own.
+set -euo pipefail
+
+pmap_packages=(
+  build-essential cmake ninja-build g++
+  libtbb-dev libeigen3-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
+  libopenmpi-dev openmpi-bin
+  python3-matplotlib
+)
+
+pmap_install_deps() {
+  local missing=()
+  local package
+  for package in "${pmap_packages[@]}"; do
+    if ! dpkg -s "${package}" >/dev/null 2>&1; then
+      missing+=("${package}")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    return 0
+  fi
+
+  echo "pmap: installing missing packages: ${missing[*]}"
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || { echo "pmap: need root or sudo to install packages" >&2; return 1; }
+    sudo=(sudo)
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  pmap_install_deps
+fi

@@ -1,0 +1,229 @@
+#include "pmap/detail/team.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "pmap/errors.hpp"
+
+namespace pmap::detail {
+namespace {
+
+// Spinning helps only while every device can hold a thread; a few microseconds at most.
+constexpr int kSpinIterations = 4000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+std::string device_list(const std::vector<int>& ids) {
+  if (ids.size() == 1) return fmt::format("device {}", ids[0]);
+  return fmt::format("devices [{}]", fmt::join(ids, ", "));
+}
+
+std::string describe_op(const Slot& s) {
+  return fmt::format("{} over axis {} on {}", s.desc.name, s.axes,
+                     format_typed_shape(s.desc.dtype, s.desc.shape));
+}
+
+}  // namespace
+
+Team::Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
+           int num_threads)
+    : size_(size),
+      num_axes_(static_cast<int>(axes.size())),
+      device_ids_(std::move(device_ids)),
+      slots_(new Slot[static_cast<std::size_t>(size)]),
+      may_spin_(size <= num_threads) {
+  int stride = 1;
+  for (int a = num_axes_ - 1; a >= 0; --a) {
+    axes_[a] = axes[static_cast<std::size_t>(a)];
+    strides_[a] = stride;
+    stride *= axes_[a].size;
+  }
+}
+
+void Team::reset() {
+  for (int m = 0; m < size_; ++m) {
+    Slot& s = slot(m);
+    s.phase.store(0, std::memory_order_relaxed);
+    s.finished.store(false, std::memory_order_relaxed);
+    s.signature.store(0, std::memory_order_relaxed);
+  }
+  blocked_ = 0;
+  finished_.store(0, std::memory_order_relaxed);
+  sleepers_.store(0, std::memory_order_relaxed);
+  cancelled_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  child.reset();
+}
+
+bool Team::reached(std::span<const int> members, std::uint64_t target, int me) {
+  for (int m : members) {
+    const Slot& s = slot(m);
+    if (s.phase.load(std::memory_order_acquire) >= target) continue;
+    if (s.finished.load(std::memory_order_acquire) &&
+        s.phase.load(std::memory_order_acquire) < target)
+      raise_stuck(me, members, target, m);
+    return false;
+  }
+  return true;
+}
+
+void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t target) {
+  slot(me).phase.store(target, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+  if (reached(members, target, me)) return;
+  if (may_spin_) {
+    for (int i = 0; i < kSpinIterations; ++i) {
+      if (cancelled()) throw Cancelled{};
+      if (reached(members, target, me)) return;
+      cpu_relax();
+    }
+  }
+  suspend_until(me, members, target);
+}
+
+void Team::suspend_until(int me, std::span<const int> members, std::uint64_t target) {
+  Slot& mine = slot(me);
+  void* const device = current_device;
+  for (;;) {
+    lock_.lock();
+    ++blocked_;
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    auto undo = [&] {
+      --blocked_;
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+      lock_.unlock();
+    };
+    if (cancelled()) {
+      undo();
+      throw Cancelled{};
+    }
+    bool done = false;
+    try {
+      done = reached(members, target, me);
+    } catch (...) {
+      undo();
+      throw;
+    }
+    if (done) {
+      undo();
+      return;
+    }
+    if (blocked_ + finished_.load(std::memory_order_seq_cst) == size_) {
+      // Nobody is left running who could release us: report instead of hanging.
+      std::string what = describe_deadlock();
+      undo();
+      throw DeviceError(device_id(me), what);
+    }
+    mine.suspended = true;
+    mine.waiting = true;
+    tbb::task::suspend([this, &mine](tbb::task::suspend_point sp) {
+      mine.resume_point = sp;
+      current_device = nullptr;  // this thread now runs a fresh dispatch loop
+      lock_.unlock();
+    });
+    current_device = device;
+    mine.waiting = false;
+    if (cancelled()) throw Cancelled{};
+  }
+}
+
+void Team::wake(std::span<const int> members) {
+  tbb::spin_mutex::scoped_lock guard(lock_);
+  for (int m : members) {
+    Slot& s = slot(m);
+    if (!s.suspended) continue;
+    s.suspended = false;
+    --blocked_;
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    tbb::task::resume(s.resume_point);
+  }
+}
+
+void Team::wake_all_locked() {
+  for (int m = 0; m < size_; ++m) {
+    Slot& s = slot(m);
+    if (!s.suspended) continue;
+    s.suspended = false;
+    --blocked_;
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    tbb::task::resume(s.resume_point);
+  }
+}
+
+void Team::finish(int me) {
+  slot(me).finished.store(true, std::memory_order_seq_cst);
+  finished_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    tbb::spin_mutex::scoped_lock guard(lock_);
+    wake_all_locked();
+  }
+}
+
+bool Team::fail(std::exception_ptr error) {
+  tbb::spin_mutex::scoped_lock guard(lock_);
+  const bool first = !error_;
+  if (first) error_ = std::move(error);
+  cancelled_.store(true, std::memory_order_release);
+  wake_all_locked();
+  return first;
+}
+
+void Team::check_agreement(int me, std::span<const int> members, std::uint64_t target) const {
+  const Slot& mine = slot(me);
+  const std::uint64_t sig = mine.signature.load(std::memory_order_relaxed);
+  for (int m : members) {
+    const Slot& s = slot(m);
+    if (s.signature.load(std::memory_order_acquire) == sig) continue;
+    // The peer's description is stable while it has not moved past this collective.
+    std::string peer = s.phase.load(std::memory_order_acquire) <= target
+                           ? describe_op(s)
+                           : std::string("a different collective");
+    throw DeviceError(device_id(me),
+                      fmt::format("{}: device {} called {}, but device {} called {}; every device "
+                                  "of a group must call the same collectives in the same order "
+                                  "with the same shapes",
+                                  mine.desc.name, device_id(me), describe_op(mine), device_id(m),
+                                  peer));
+  }
+}
+
+void Team::raise_stuck(int me, std::span<const int> members, std::uint64_t target,
+                       int returned) const {
+  std::vector<int> waiting;
+  for (int m : members)
+    if (!slot(m).finished.load(std::memory_order_acquire) ||
+        slot(m).phase.load(std::memory_order_acquire) >= target)
+      waiting.push_back(device_id(m));
+  const Slot& mine = slot(me);
+  throw DeviceError(device_id(me),
+                    fmt::format("{} over axis {}: {} waiting in it, but device {} returned from "
+                                "its kernel without calling it",
+                                mine.desc.name, mine.axes,
+                                device_list(waiting) + (waiting.size() == 1 ? " is" : " are"),
+                                device_id(returned)));
+}
+
+std::string Team::describe_deadlock() const {
+  std::map<std::string, std::vector<int>> waits;
+  std::vector<int> returned;
+  for (int m = 0; m < size_; ++m) {
+    const Slot& s = slot(m);
+    if (s.finished.load(std::memory_order_acquire))
+      returned.push_back(device_id(m));
+    else
+      waits[describe_op(s)].push_back(device_id(m));
+  }
+  std::string what = "devices wait for each other in collectives that can never complete:";
+  for (const auto& [op, ids] : waits) what += fmt::format(" {} in {};", device_list(ids), op);
+  if (!returned.empty()) what += fmt::format(" {} returned from the kernel;", device_list(returned));
+  what.pop_back();
+  return what;
+}
+
+}  // namespace pmap::detail

@@ -1,0 +1,330 @@
+/// @file test_runtime.cpp
+/// @brief Runtime, RuntimeConfig, Device and the global shorthands (SPEC 2, 4).
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace {
+
+using namespace pmap_test;
+
+int hardware_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+/// Sets (or unsets, for nullopt) an environment variable for the lifetime of the guard.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value->c_str(), 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~EnvGuard() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+void expect_devices(const pmap::Runtime& rt, int count) {
+  ASSERT_EQ(rt.device_count(), count);
+  ASSERT_EQ(rt.local_device_count(), count);
+  ASSERT_EQ(static_cast<int>(rt.devices().size()), count);
+  ASSERT_EQ(static_cast<int>(rt.local_devices().size()), count);
+  for (int i = 0; i < count; ++i) {
+    const pmap::Device& d = rt.devices()[static_cast<std::size_t>(i)];
+    EXPECT_EQ(d.id, i);
+    EXPECT_EQ(d.process_index, 0);
+    EXPECT_EQ(d.to_string(), "cpu:" + std::to_string(i));
+    EXPECT_EQ(rt.local_devices()[static_cast<std::size_t>(i)], d);
+  }
+}
+
+// ---- Device and RuntimeConfig ------------------------------------------------------------
+
+TEST(Device, ToStringIsCpuColonId) {
+  EXPECT_EQ((pmap::Device{3, 0}.to_string()), "cpu:3");
+  EXPECT_EQ((pmap::Device{0, 0}.to_string()), "cpu:0");
+  EXPECT_EQ((pmap::Device{12, 1}.to_string()), "cpu:12");
+}
+
+TEST(Device, EqualityComparesIdAndProcess) {
+  EXPECT_EQ((pmap::Device{2, 0}), (pmap::Device{2, 0}));
+  EXPECT_NE((pmap::Device{2, 0}), (pmap::Device{3, 0}));
+  EXPECT_NE((pmap::Device{2, 0}), (pmap::Device{2, 1}));
+}
+
+TEST(RuntimeConfig, DefaultsAreZero) {
+  pmap::RuntimeConfig c;
+  EXPECT_EQ(c.num_devices, 0);
+  EXPECT_EQ(c.num_threads, 0);
+  pmap::RuntimeConfig d{.num_devices = 4};
+  EXPECT_EQ(d.num_devices, 4);
+  EXPECT_EQ(d.num_threads, 0);
+}
+
+// ---- explicit configurations -------------------------------------------------------------
+
+TEST(Runtime, ExplicitDevicesAndThreads) {
+  pmap::Runtime rt({.num_devices = 3, .num_threads = 2});
+  expect_devices(rt, 3);
+  EXPECT_EQ(rt.num_threads(), 2);
+  EXPECT_EQ(rt.process_index(), 0);
+  EXPECT_EQ(rt.process_count(), 1);
+}
+
+TEST(Runtime, MoreDevicesThanThreads) {
+  pmap::Runtime rt({.num_devices = 16, .num_threads = 1});
+  expect_devices(rt, 16);
+  EXPECT_EQ(rt.num_threads(), 1);
+}
+
+TEST(Runtime, DeviceToStringMatchesId) {
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 1});
+  EXPECT_EQ(rt.devices()[3].to_string(), "cpu:3");
+  EXPECT_EQ(rt.devices()[7].to_string(), "cpu:7");
+}
+
+TEST(Runtime, ZeroDevicesReadsEnvironment) {
+  EnvGuard devices("PMAP_NUM_DEVICES", "6");
+  EnvGuard threads("PMAP_NUM_THREADS", "3");
+  pmap::Runtime rt(pmap::RuntimeConfig{});
+  expect_devices(rt, 6);
+  EXPECT_EQ(rt.num_threads(), 3);
+}
+
+TEST(Runtime, ZeroDevicesWithoutEnvironmentIsHardwareConcurrency) {
+  EnvGuard devices("PMAP_NUM_DEVICES", std::nullopt);
+  EnvGuard threads("PMAP_NUM_THREADS", std::nullopt);
+  pmap::Runtime rt(pmap::RuntimeConfig{});
+  expect_devices(rt, hardware_threads());
+  EXPECT_EQ(rt.num_threads(), hardware_threads());
+}
+
+TEST(Runtime, DefaultConstructedReadsEnvironment) {
+  EnvGuard devices("PMAP_NUM_DEVICES", "5");
+  EnvGuard threads("PMAP_NUM_THREADS", "1");
+  pmap::Runtime rt;
+  expect_devices(rt, 5);
+  EXPECT_EQ(rt.num_threads(), 1);
+}
+
+TEST(Runtime, ZeroThreadsReadsEnvironment) {
+  EnvGuard threads("PMAP_NUM_THREADS", "3");
+  pmap::Runtime rt({.num_devices = 5});
+  expect_devices(rt, 5);
+  EXPECT_EQ(rt.num_threads(), 3);
+}
+
+TEST(Runtime, ZeroThreadsWithoutEnvironmentIsMinOfDevicesAndHardware) {
+  EnvGuard threads("PMAP_NUM_THREADS", std::nullopt);
+  {
+    pmap::Runtime rt({.num_devices = 1});
+    EXPECT_EQ(rt.num_threads(), 1);
+  }
+  {
+    pmap::Runtime rt({.num_devices = 64});
+    EXPECT_EQ(rt.num_threads(), std::min(64, hardware_threads()));
+  }
+}
+
+TEST(Runtime, ExplicitConfigIgnoresEnvironment) {
+  EnvGuard devices("PMAP_NUM_DEVICES", "6");
+  EnvGuard threads("PMAP_NUM_THREADS", "3");
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
+  expect_devices(rt, 2);
+  EXPECT_EQ(rt.num_threads(), 1);
+}
+
+TEST(Runtime, ManyRuntimesCreatedAndDestroyed) {
+  for (int k = 1; k <= 20; ++k) {
+    pmap::Runtime rt({.num_devices = 1 + k % 5, .num_threads = 1 + k % 2});
+    auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return x * 0.f + static_cast<float>(ctx.axis_index()); },
+                        {.runtime = &rt});
+    Eigen::Tensor<float, 2, RowMajor> x(rt.device_count(), 2);
+    x.setZero();
+    auto r = f(x);
+    for (Index i = 0; i < x.dimension(0); ++i) {
+      EXPECT_EQ(r(i, 0), static_cast<float>(i));
+      EXPECT_EQ(r(i, 1), static_cast<float>(i));
+    }
+  }
+}
+
+// ---- the global runtime ------------------------------------------------------------------
+
+TEST(GlobalRuntime, IsOneObject) {
+  EXPECT_EQ(&pmap::Runtime::global(), &pmap::Runtime::global());
+}
+
+TEST(GlobalRuntime, ShorthandsAgreeWithGlobal) {
+  pmap::Runtime& g = pmap::Runtime::global();
+  EXPECT_EQ(pmap::device_count(), g.device_count());
+  EXPECT_EQ(pmap::local_device_count(), g.local_device_count());
+  EXPECT_EQ(pmap::process_index(), g.process_index());
+  EXPECT_EQ(pmap::process_count(), g.process_count());
+  EXPECT_EQ(pmap::process_index(), 0);
+  EXPECT_EQ(pmap::process_count(), 1);
+  ASSERT_EQ(pmap::devices().size(), g.devices().size());
+  ASSERT_EQ(pmap::local_devices().size(), g.local_devices().size());
+  EXPECT_TRUE(std::equal(pmap::devices().begin(), pmap::devices().end(), g.devices().begin()));
+  EXPECT_TRUE(std::equal(pmap::local_devices().begin(), pmap::local_devices().end(),
+                         g.local_devices().begin()));
+  expect_devices(g, g.device_count());
+}
+
+TEST(GlobalRuntime, ConsistentWithEnvironmentAtStartup) {
+  // The global runtime is created once, on first use, from the environment of the process;
+  // nothing in this file changes PMAP_NUM_* before that first use except under EnvGuard,
+  // which never touches the global runtime.
+  pmap::Runtime& g = pmap::Runtime::global();
+  const char* devices = std::getenv("PMAP_NUM_DEVICES");
+  const char* threads = std::getenv("PMAP_NUM_THREADS");
+  const int expected_devices = devices ? std::atoi(devices) : hardware_threads();
+  EXPECT_EQ(g.device_count(), expected_devices);
+  const int expected_threads =
+      threads ? std::atoi(threads) : std::min(expected_devices, hardware_threads());
+  EXPECT_EQ(g.num_threads(), expected_threads);
+}
+
+TEST(GlobalRuntime, UsedWhenOptionsHaveNoRuntime) {
+  const int count = std::min(2, pmap::device_count());
+  std::vector<pmap::Device> seen(static_cast<std::size_t>(count), pmap::Device{-1, -1});
+  auto f = pmap::pmap([&](pmap::Context& ctx, auto x) {
+    seen[static_cast<std::size_t>(ctx.axis_index())] = ctx.device();
+    return x * 3.f;
+  });
+  Eigen::Tensor<float, 1, RowMajor> x = make<Eigen::Tensor<float, 1, RowMajor>>(1, count);
+  auto r = f(x);
+  Eigen::Tensor<float, 1, RowMajor> expected = x * 3.f;
+  EXPECT_TRUE(tensors_equal(r, expected));
+  for (int i = 0; i < count; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], pmap::devices()[static_cast<std::size_t>(i)]);
+}
+
+// ---- several runtimes and reuse ----------------------------------------------------------
+
+/// A mapped function that records which device ran each position and returns x * k.
+struct Recorder {
+  std::vector<int>* ids;
+  float k;
+  auto operator()(pmap::Context& ctx, View<float, 1, RowMajor> x) const {
+    (*ids)[static_cast<std::size_t>(ctx.axis_index())] = ctx.device().id;
+    return x * k;
+  }
+};
+
+TEST(Runtime, SeveralRuntimesSideBySide) {
+  pmap::Runtime a({.num_devices = 3, .num_threads = 1});
+  pmap::Runtime b({.num_devices = 5, .num_threads = 2});
+  std::vector<int> ids_a(3, -1);
+  std::vector<int> ids_b(5, -1);
+  auto fa = pmap::pmap(Recorder{&ids_a, 2.f}, {.runtime = &a});
+  auto fb = pmap::pmap(Recorder{&ids_b, 5.f}, {.runtime = &b});
+  auto xa = make<Eigen::Tensor<float, 2, RowMajor>>(1, 3, 4);
+  auto xb = make<Eigen::Tensor<float, 2, RowMajor>>(2, 5, 4);
+  for (int round = 0; round < 20; ++round) {
+    Eigen::Tensor<float, 2, RowMajor> ea = xa * 2.f;
+    Eigen::Tensor<float, 2, RowMajor> eb = xb * 5.f;
+    EXPECT_TRUE(tensors_equal(fa(xa), ea));
+    EXPECT_TRUE(tensors_equal(fb(xb), eb));
+  }
+  EXPECT_EQ(ids_a, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(ids_b, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(a.device_count(), 3);
+  EXPECT_EQ(b.device_count(), 5);
+}
+
+TEST(Runtime, SeveralRuntimesFromConcurrentHostThreads) {
+  pmap::Runtime a({.num_devices = 4, .num_threads = 1});
+  pmap::Runtime b({.num_devices = 6, .num_threads = 2});
+  std::atomic<int> failures{0};
+  auto drive = [&failures](pmap::Runtime& rt, float k) {
+    auto f = pmap::pmap([k](auto x) { return x * k; }, {.runtime = &rt});
+    auto x = make<Eigen::Tensor<float, 2, RowMajor>>(3, rt.device_count(), 5);
+    Eigen::Tensor<float, 2, RowMajor> expected = x * k;
+    for (int round = 0; round < 200; ++round) {
+      Eigen::Tensor<float, 2, RowMajor> r = f(x);
+      if (!tensors_equal(r, expected)) failures.fetch_add(1);
+    }
+  };
+  std::thread ta([&] { drive(a, 2.f); });
+  std::thread tb([&] { drive(b, -1.f); });
+  ta.join();
+  tb.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+class RuntimeReuse : public RuntimeTest {};
+PMAP_TEST_INSTANTIATE(RuntimeReuse);
+
+TEST_P(RuntimeReuse, DevicesMatchConfig) {
+  expect_devices(rt(), n());
+  EXPECT_EQ(rt().num_threads(), GetParam().threads);
+}
+
+TEST_P(RuntimeReuse, ManySuccessiveCallsOfOneMapped) {
+  auto f = pmap::pmap([](auto x, auto y) { return x * 2.f + y; }, opts());
+  auto x = make<Eigen::Tensor<float, 2, RowMajor>>(1, n(), 3);
+  auto y = make<Eigen::Tensor<float, 2, RowMajor>>(2, n(), 3);
+  Eigen::Tensor<float, 2, RowMajor> expected = x * 2.f + y;
+  for (int k = 0; k < 500; ++k) {
+    auto r = f(x, y);
+    ASSERT_TRUE(tensors_equal(r, expected)) << "call " << k;
+  }
+}
+
+TEST_P(RuntimeReuse, ManyMappedFunctionsOnOneRuntime) {
+  for (int k = 0; k < 200; ++k) {
+    const float s = static_cast<float>(k);
+    auto f = pmap::pmap([s](auto x) { return x + s; }, opts());
+    auto x = make<Eigen::Tensor<float, 1, RowMajor>>(k, n());
+    Eigen::Tensor<float, 1, RowMajor> expected = x + s;
+    ASSERT_TRUE(tensors_equal(f(x), expected)) << "call " << k;
+  }
+}
+
+TEST_P(RuntimeReuse, FewerPositionsThanDevicesUseTheFirstDevices) {
+  for (int count = 1; count <= n(); ++count) {
+    std::vector<int> ids(static_cast<std::size_t>(count), -1);
+    auto f = pmap::pmap(Recorder{&ids, 1.f}, opts());
+    auto x = make<Eigen::Tensor<float, 1, RowMajor>>(0, count);
+    Eigen::Tensor<float, 1, RowMajor> r = f(x);
+    EXPECT_TRUE(tensors_equal(r, x));
+    for (int i = 0; i < count; ++i) EXPECT_EQ(ids[static_cast<std::size_t>(i)], i);
+  }
+}
+
+TEST_P(RuntimeReuse, EveryDeviceRunsExactlyOncePerCall) {
+  std::vector<std::atomic<int>> runs(static_cast<std::size_t>(n()));
+  for (auto& r : runs) r.store(0);
+  auto f = pmap::pmap(
+      [&runs](pmap::Context& ctx, auto x) {
+        runs[static_cast<std::size_t>(ctx.axis_index())].fetch_add(1);
+        return x;
+      },
+      opts());
+  auto x = make<Eigen::Tensor<int32_t, 1, RowMajor>>(0, n());
+  for (int k = 0; k < 50; ++k) (void)f(x);
+  for (auto& r : runs) EXPECT_EQ(r.load(), 50);
+}
+
+}  // namespace
