@@ -422,7 +422,8 @@ TEST_P(Arguments, NestedContainers) {
         Tensor<float, 1, RowMajor> acc(2);
         acc.setZero();
         for (const auto& pair : v) acc += pair[0] * pair[1];
-        return acc + std::get<0>(t)[0]() + std::get<1>(t)();
+        acc = acc + std::get<0>(t)[0]() + std::get<1>(t)();
+        return acc;
       },
       opts());
   auto r = f(xs, tv);
@@ -680,24 +681,24 @@ TEST(InAxesCount, WrongCountIsNotInvocable) {
   using X = Tensor<float, 2, RowMajor>;
   auto k = [](const auto&...) { return 1.f; };
 
-  auto two = pmap::pmap(k, pmap::in_axes(0, pmap::none), {.runtime = &rt});
+  auto two = pmap::pmap(k, pmap::in_axes(0, pmap::none), on(rt));
   using Two = decltype(two);
   EXPECT_TRUE((std::is_invocable_v<Two&, X&, float&>));
   EXPECT_FALSE((std::is_invocable_v<Two&, X&>));
   EXPECT_FALSE((std::is_invocable_v<Two&, X&, float&, X&>));
 
-  auto three = pmap::pmap(k, pmap::in_axes(0, 1, -1), {.runtime = &rt});
+  auto three = pmap::pmap(k, pmap::in_axes(0, 1, -1), on(rt));
   using Three = decltype(three);
   EXPECT_TRUE((std::is_invocable_v<Three&, X&, X&, X&>));
   EXPECT_FALSE((std::is_invocable_v<Three&, X&, X&>));
   EXPECT_FALSE((std::is_invocable_v<Three&, X&, X&, X&, X&>));
 
   // One entry applies to every argument; no spec maps every tensor at 0.
-  auto one = pmap::pmap(k, pmap::in_axes(0), {.runtime = &rt});
+  auto one = pmap::pmap(k, pmap::in_axes(0), on(rt));
   EXPECT_TRUE((std::is_invocable_v<decltype(one)&, X&>));
   EXPECT_TRUE((std::is_invocable_v<decltype(one)&, X&, X&>));
   EXPECT_TRUE((std::is_invocable_v<decltype(one)&, X&, X&, X&>));
-  auto dflt = pmap::pmap(k, {.runtime = &rt});
+  auto dflt = pmap::pmap(k, on(rt));
   EXPECT_TRUE((std::is_invocable_v<decltype(dflt)&, X&>));
   EXPECT_TRUE((std::is_invocable_v<decltype(dflt)&, X&, float&, X&>));
 

@@ -230,7 +230,7 @@ TEST_P(Failures, IntoAfterAFailedCall) {
 TEST_P(Failures, OtherRuntimeUnaffected) {
   pmap::Runtime other({.num_devices = 3, .num_threads = 1});
   auto bad_f = pmap::pmap([](auto v) -> float { throw std::runtime_error("x" + std::to_string(v())); }, opts());
-  auto good_f = pmap::pmap([](auto v) { return v * 2.f; }, {.runtime = &other});
+  auto good_f = pmap::pmap([](auto v) { return v * 2.f; }, on(other));
   F1 x = make<F1>(0, n());
   F1 y = make<F1>(0, 3);
   F1 expected = y * 2.f;

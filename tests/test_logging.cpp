@@ -210,7 +210,7 @@ TEST(LoggingChild, PreRegisteredLoggerIsUsed) {
   spdlog::register_logger(mine);
   pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
   EXPECT_EQ(pmap::logger(), mine);
-  auto f = pmap::pmap([](auto v) { return v(); }, {.runtime = &rt, .name = "prereg"});
+  auto f = pmap::pmap([](auto v) { return v(); }, on(rt, "prereg"));
   F1 x = make<F1>(1, 2);
   (void)f(x);
   mine->flush();
@@ -251,7 +251,7 @@ TEST(LoggingEnvironment, DebugLevelLogsDispatchesToTheDefaultLogger) {
 TEST(LoggingChild, DispatchOnDefaultLogger) {
   if (!std::getenv("PMAP_TEST_CHILD_DISPATCH")) GTEST_SKIP() << "run by LoggingEnvironment tests only";
   pmap::Runtime rt({.num_devices = 2, .num_threads = 2});
-  auto f = pmap::pmap([](auto v) { return v(); }, {.runtime = &rt, .name = "child_dispatch"});
+  auto f = pmap::pmap([](auto v) { return v(); }, on(rt, "child_dispatch"));
   F1 x = make<F1>(1, 2);
   (void)f(x);
   pmap::logger()->flush();

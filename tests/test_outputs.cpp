@@ -451,9 +451,16 @@ TEST_P(Outputs, IntoWrongShapeIsValueErrorAndWritesNothing) {
   const std::string msg = catch_message<pmap::ValueError>([&] { f.into(out, x); });
   const std::string expected_shape = "(" + std::to_string(n()) + ", 3)";
   const std::string actual_shape = "(" + std::to_string(n() + 1) + ", 3)";
-  EXPECT_NE(msg.find(expected_shape), std::string::npos) << msg;
   EXPECT_NE(msg.find(actual_shape), std::string::npos) << msg;
   EXPECT_TRUE(all_equal_to(out, -7.f));
+
+  // Right mapped axis, wrong trailing dimension: found once the devices know their shape.
+  Tensor<float, 2, RowMajor> wide(n(), 4);
+  fill(wide, -7.f);
+  const std::string msg_wide = catch_message<pmap::ValueError>([&] { f.into(wide, x); });
+  EXPECT_NE(msg_wide.find(expected_shape), std::string::npos) << msg_wide;
+  EXPECT_NE(msg_wide.find("(" + std::to_string(n()) + ", 4)"), std::string::npos) << msg_wide;
+  EXPECT_TRUE(all_equal_to(wide, -7.f));
 
   Tensor<float, 2, RowMajor> transposed(3, n());
   fill(transposed, -7.f);
@@ -462,6 +469,16 @@ TEST_P(Outputs, IntoWrongShapeIsValueErrorAndWritesNothing) {
     EXPECT_NE(msg2.find("(3, " + std::to_string(n()) + ")"), std::string::npos) << msg2;
     EXPECT_TRUE(all_equal_to(transposed, -7.f));
   }
+}
+
+TEST_P(Outputs, IntoWrongMappedAxisNamesTheFullExpectedShape) {
+  // The expected shape is the one the call would return: (n, 3), not a partial one.
+  auto x = make<Tensor<float, 2, RowMajor>>(1, n(), 3);
+  auto f = pmap::pmap([](auto v) { return v * 2.f; }, opts());
+  Tensor<float, 2, RowMajor> out(n() + 1, 3);
+  const std::string msg = catch_message<pmap::ValueError>([&] { f.into(out, x); });
+  EXPECT_NE(msg.find("(" + std::to_string(n()) + ", 3)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(" + std::to_string(n() + 1) + ", 3)"), std::string::npos) << msg;
 }
 
 TEST_P(Outputs, IntoWrongShapeInTupleWritesNothing) {
@@ -492,12 +509,21 @@ TEST(OutAxesCount, OneEntryPerOutputOrOneForAll) {
   pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
   using X = Tensor<float, 2, RowMajor>;
   auto pair = [](auto v) { return std::make_tuple(v * 1.f, v(0)); };
-  auto one = pmap::pmap(pair, pmap::out_axes(0), {.runtime = &rt});
-  auto two = pmap::pmap(pair, pmap::out_axes(0, pmap::none), {.runtime = &rt});
+  auto one = pmap::pmap(pair, pmap::out_axes(0), on(rt));
+  auto two = pmap::pmap(pair, pmap::out_axes(0, pmap::none), on(rt));
   EXPECT_TRUE((std::is_invocable_v<decltype(one)&, X&>));
   EXPECT_TRUE((std::is_invocable_v<decltype(two)&, X&>));
+  // Another count does not compile (SPEC 3.2, E9).
+  auto three = pmap::pmap(pair, pmap::out_axes(0, 0, 0), on(rt));
+  EXPECT_FALSE((std::is_invocable_v<decltype(three)&, X&>));
+  auto single = [](auto v) { return v * 1.f; };
+  auto single_two = pmap::pmap(single, pmap::out_axes(0, 1), on(rt));
+  EXPECT_FALSE((std::is_invocable_v<decltype(single_two)&, X&>));
+  auto single_one = pmap::pmap(single, pmap::out_axes(1), on(rt));
+  EXPECT_TRUE((std::is_invocable_v<decltype(single_one)&, X&>));
   X x = make<X>(0, 2, 2);
-  pmap::Options o{.runtime = &rt, .check_replicated = false};
+  pmap::Options o = on(rt);
+  o.check_replicated = false;
   auto r = pmap::pmap(pair, pmap::out_axes(0, pmap::none), o)(x);
   EXPECT_EQ(std::get<1>(r)(), x(0, 0));
 }

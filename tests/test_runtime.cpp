@@ -77,9 +77,6 @@ TEST(RuntimeConfig, DefaultsAreZero) {
   pmap::RuntimeConfig c;
   EXPECT_EQ(c.num_devices, 0);
   EXPECT_EQ(c.num_threads, 0);
-  pmap::RuntimeConfig d{.num_devices = 4};
-  EXPECT_EQ(d.num_devices, 4);
-  EXPECT_EQ(d.num_threads, 0);
 }
 
 // ---- explicit configurations -------------------------------------------------------------
@@ -130,7 +127,7 @@ TEST(Runtime, DefaultConstructedReadsEnvironment) {
 
 TEST(Runtime, ZeroThreadsReadsEnvironment) {
   EnvGuard threads("PMAP_NUM_THREADS", "3");
-  pmap::Runtime rt({.num_devices = 5});
+  pmap::Runtime rt({.num_devices = 5, .num_threads = 0});
   expect_devices(rt, 5);
   EXPECT_EQ(rt.num_threads(), 3);
 }
@@ -138,11 +135,11 @@ TEST(Runtime, ZeroThreadsReadsEnvironment) {
 TEST(Runtime, ZeroThreadsWithoutEnvironmentIsMinOfDevicesAndHardware) {
   EnvGuard threads("PMAP_NUM_THREADS", std::nullopt);
   {
-    pmap::Runtime rt({.num_devices = 1});
+    pmap::Runtime rt({.num_devices = 1, .num_threads = 0});
     EXPECT_EQ(rt.num_threads(), 1);
   }
   {
-    pmap::Runtime rt({.num_devices = 64});
+    pmap::Runtime rt({.num_devices = 64, .num_threads = 0});
     EXPECT_EQ(rt.num_threads(), std::min(64, hardware_threads()));
   }
 }
@@ -159,7 +156,7 @@ TEST(Runtime, ManyRuntimesCreatedAndDestroyed) {
   for (int k = 1; k <= 20; ++k) {
     pmap::Runtime rt({.num_devices = 1 + k % 5, .num_threads = 1 + k % 2});
     auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return x * 0.f + static_cast<float>(ctx.axis_index()); },
-                        {.runtime = &rt});
+                        on(rt));
     Eigen::Tensor<float, 2, RowMajor> x(rt.device_count(), 2);
     x.setZero();
     auto r = f(x);
@@ -237,8 +234,8 @@ TEST(Runtime, SeveralRuntimesSideBySide) {
   pmap::Runtime b({.num_devices = 5, .num_threads = 2});
   std::vector<int> ids_a(3, -1);
   std::vector<int> ids_b(5, -1);
-  auto fa = pmap::pmap(Recorder{&ids_a, 2.f}, {.runtime = &a});
-  auto fb = pmap::pmap(Recorder{&ids_b, 5.f}, {.runtime = &b});
+  auto fa = pmap::pmap(Recorder{&ids_a, 2.f}, on(a));
+  auto fb = pmap::pmap(Recorder{&ids_b, 5.f}, on(b));
   auto xa = make<Eigen::Tensor<float, 2, RowMajor>>(1, 3, 4);
   auto xb = make<Eigen::Tensor<float, 2, RowMajor>>(2, 5, 4);
   for (int round = 0; round < 20; ++round) {
@@ -258,7 +255,7 @@ TEST(Runtime, SeveralRuntimesFromConcurrentHostThreads) {
   pmap::Runtime b({.num_devices = 6, .num_threads = 2});
   std::atomic<int> failures{0};
   auto drive = [&failures](pmap::Runtime& rt, float k) {
-    auto f = pmap::pmap([k](auto x) { return x * k; }, {.runtime = &rt});
+    auto f = pmap::pmap([k](auto x) { return x * k; }, on(rt));
     auto x = make<Eigen::Tensor<float, 2, RowMajor>>(3, rt.device_count(), 5);
     Eigen::Tensor<float, 2, RowMajor> expected = x * k;
     for (int round = 0; round < 200; ++round) {
@@ -306,8 +303,8 @@ TEST_P(RuntimeReuse, FewerPositionsThanDevicesUseTheFirstDevices) {
   for (int count = 1; count <= n(); ++count) {
     std::vector<int> ids(static_cast<std::size_t>(count), -1);
     auto f = pmap::pmap(Recorder{&ids, 1.f}, opts());
-    auto x = make<Eigen::Tensor<float, 1, RowMajor>>(0, count);
-    Eigen::Tensor<float, 1, RowMajor> r = f(x);
+    auto x = make<Eigen::Tensor<float, 2, RowMajor>>(0, count, 2);
+    Eigen::Tensor<float, 2, RowMajor> r = f(x);
     EXPECT_TRUE(tensors_equal(r, x));
     for (int i = 0; i < count; ++i) EXPECT_EQ(ids[static_cast<std::size_t>(i)], i);
   }

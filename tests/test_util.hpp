@@ -70,6 +70,15 @@ class RuntimeTest : public testing::TestWithParam<RtConfig> {
   std::unique_ptr<pmap::Runtime> rt_;
 };
 
+/// Options running on rt (designated initializers of a partial Options trip GCC 12's
+/// -Wmissing-field-initializers).
+inline pmap::Options on(pmap::Runtime& rt, std::string name = "pmap") {
+  pmap::Options o;
+  o.runtime = &rt;
+  o.name = std::move(name);
+  return o;
+}
+
 #define PMAP_TEST_INSTANTIATE(Suite)                                                      \
   INSTANTIATE_TEST_SUITE_P(Runtimes, Suite, testing::ValuesIn(pmap_test::runtime_configs()), \
                            pmap_test::config_name)

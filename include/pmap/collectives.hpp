@@ -1,2 +1,509 @@
+/// @file collectives.hpp
+/// @brief The collectives of pmap::Context (SPEC 2.3), all thin layers over one engine:
+/// publish your buffers, meet your group (Team), read the peers' buffers in place.
 #pragma once
+
+#include <algorithm>
+#include <complex>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
 #include "pmap/context.hpp"
+#include "pmap/detail/errors.hpp"
+#include "pmap/detail/outputs.hpp"
+#include "pmap/detail/tensor_traits.hpp"
+
+namespace pmap::detail {
+
+/// A collective's input as contiguous memory: tensors and TensorMaps in place, expressions
+/// evaluated once, scalars by address.
+template <class X>
+class Operand {
+  using Leaf = output_leaf<std::remove_cvref_t<X>>;
+  static_assert(Leaf::value,
+                "pmap collectives take an Eigen tensor, TensorMap, tensor expression or "
+                "arithmetic scalar");
+
+ public:
+  using T = typename Leaf::scalar;
+  static constexpr int rank = Leaf::rank;
+  static constexpr int layout = Leaf::layout;
+  static constexpr bool is_scalar = is_arithmetic_scalar_v<std::remove_cvref_t<X>>;
+
+  explicit Operand(const X& x) {
+    if constexpr (is_scalar) {
+      scalar_ = x;
+      data_ = &scalar_;
+    } else if constexpr (is_tensor_leaf_v<X> || is_owning_tensor<std::remove_cvref_t<X>>::value) {
+      data_ = x.data();
+      shape_ = shape_of_dims(x.dimensions(), rank);
+    } else {
+      owned_ = x;
+      data_ = owned_.data();
+      shape_ = shape_of_dims(owned_.dimensions(), rank);
+    }
+  }
+  Operand(const Operand&) = delete;
+  Operand& operator=(const Operand&) = delete;
+
+  const T* data() const { return data_; }
+  const Shape& shape() const { return shape_; }
+
+ private:
+  const T* data_ = nullptr;
+  Shape shape_;
+  T scalar_{};
+  Eigen::Tensor<T, rank, layout> owned_;
+};
+
+/// An output tensor of scalar U, rank R and layout L with the given shape.
+template <class U, int R, int L>
+Eigen::Tensor<U, R, L> make_result(const Shape& s) {
+  return Eigen::Tensor<U, R, L>(dsizes<U, R, L>(s));
+}
+
+enum class OpKind : std::uint64_t {
+  psum = 1, pmean, pmax, pmin, pargmax, pargmin, all_gather, psum_scatter, all_to_all,
+  ppermute, pbroadcast
+};
+
+std::uint64_t hash_bytes(std::uint64_t h, const void* data, std::size_t size);
+std::uint64_t op_signature(OpKind kind, const char* dtype, const Shape& shape,
+                           std::initializer_list<std::int64_t> params);
+int canonical_axis(int axis, int ndim);  // "axis {axis} is out of bounds ..." otherwise
+/// ppermute: indices in range, sources and destinations unique (SPEC 5, 8.4).
+void check_permutation_pairs(const std::vector<std::pair<int, int>>& perm, const GroupInfo& g);
+/// pshuffle: perm is a permutation of [0, n).
+void check_shuffle(const std::vector<int>& perm, const GroupInfo& g);
+/// pbroadcast: source in [0, n).
+void check_source(int source, const GroupInfo& g);
+
+/// The engine: publish `in`/`out`, meet the group, run `work(peer_input, sync)`, meet again
+/// so that no peer still reads our buffers when we return.
+template <class T, class Work>
+void rendezvous(Context& ctx, const GroupInfo& g, const char* name, OpKind kind,
+                const Shape& shape, std::initializer_list<std::int64_t> params, int phases,
+                const T* in, void* out, Work&& work) {
+  Member& me = Access::member(ctx);
+  Team& team = *me.team;
+  Slot& slot = team.slot(me.index);
+  slot.desc = OpDesc{name, op_signature(kind, dtype_name<T>(), shape, params), dtype_name<T>(),
+                     shape, phases};
+  const std::size_t len = std::min(g.axis_label.size(), sizeof(slot.axes) - 1);
+  std::memcpy(slot.axes, g.axis_label.data(), len);
+  slot.axes[len] = '\0';
+  slot.in = in;
+  slot.out = out;
+  slot.signature.store(slot.desc.signature ^ g.signature, std::memory_order_release);
+  const std::uint64_t base = me.phase;
+  const std::span<const int> members(g.members);
+  team.arrive_and_wait(me.index, members, base + 1);
+  team.check_agreement(me.index, members, base + 1);
+  int phase = 1;
+  auto peer = [&](int k) {
+    return static_cast<const T*>(team.slot(g.members[static_cast<std::size_t>(k)]).in);
+  };
+  auto peer_out = [&](int k) { return team.slot(g.members[static_cast<std::size_t>(k)]).out; };
+  auto sync = [&] { team.arrive_and_wait(me.index, members, base + ++phase); };
+  work(peer, peer_out, sync);
+  while (phase < phases) sync();
+  me.phase = base + static_cast<std::uint64_t>(phases);
+}
+
+// ---- elementwise reductions ----------------------------------------------------------------
+template <class T>
+using ArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using MutArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+/// out[0, len) = op over the members' blocks src(k)[0, len) (cast to Acc); pmean divides.
+template <OpKind K, class Acc, class T, class Src>
+void reduce_block(Acc* out, std::int64_t len, int n, const Src& src) {
+  const auto size = static_cast<Eigen::Index>(len);
+  MutArrayMap<Acc> o(out, size);
+  auto in = [&](int k) { return ArrayMap<T>(src(k), size).template cast<Acc>(); };
+  o = in(0);
+  for (int k = 1; k < n; ++k) {
+    if constexpr (K == OpKind::psum || K == OpKind::pmean)
+      o += in(k);
+    else if constexpr (K == OpKind::pmax)
+      o = o.max(in(k));
+    else
+      o = o.min(in(k));
+  }
+  if constexpr (K == OpKind::pmean) o /= static_cast<Acc>(n);
+}
+
+/// Below this many bytes per device, every member reduces everything (one pass, lowest
+/// latency); above it, member p reduces chunk p and the others copy it (bandwidth scales).
+inline constexpr std::int64_t kSplitReductionBytes = 64 * 1024;
+
+template <OpKind K, class Acc, class X>
+auto reduce(Context& ctx, const X& x, const AxisNames& axes, const Groups& groups,
+            const char* name) {
+  Operand<X> op(x);
+  using T = typename Operand<X>::T;
+  constexpr int R = Operand<X>::rank;
+  constexpr int L = Operand<X>::layout;
+  const GroupInfo& g = Access::group(ctx, axes, groups, false, name);
+  const int n = static_cast<int>(g.members.size());
+  auto result = make_result<Acc, R, L>(op.shape());
+  const std::int64_t size = op.shape().size();
+  const bool split = n > 1 && size * static_cast<std::int64_t>(sizeof(Acc)) >= kSplitReductionBytes;
+  Acc* out = result.data();
+  rendezvous<T>(ctx, g, name, K, op.shape(), {static_cast<std::int64_t>(sizeof(Acc))},
+                split ? 3 : 2, op.data(), out, [&](auto& peer, auto& peer_out, auto& sync) {
+                  if (!split) {
+                    reduce_block<K, Acc, T>(out, size, n, peer);
+                    return;
+                  }
+                  auto chunk = [&](int p) { return size * p / n; };
+                  const int me = g.position;
+                  reduce_block<K, Acc, T>(out + chunk(me), chunk(me + 1) - chunk(me), n,
+                                          [&](int k) { return peer(k) + chunk(me); });
+                  sync();
+                  for (int p = 0; p < n; ++p)
+                    if (p != me)
+                      std::memcpy(out + chunk(p), static_cast<const Acc*>(peer_out(p)) + chunk(p),
+                                  static_cast<std::size_t>(chunk(p + 1) - chunk(p)) * sizeof(Acc));
+                });
+  if constexpr (Operand<X>::is_scalar)
+    return Acc(result());
+  else
+    return result;
+}
+
+template <bool Max, class X>
+auto arg_reduce(Context& ctx, const X& x, const AxisNames& axes, const char* name) {
+  Operand<X> op(x);
+  using T = typename Operand<X>::T;
+  constexpr int R = Operand<X>::rank;
+  constexpr int L = Operand<X>::layout;
+  const GroupInfo& g = Access::group(ctx, axes, {}, false, name);
+  const int n = static_cast<int>(g.members.size());
+  auto result = make_result<std::int32_t, R, L>(op.shape());
+  const std::int64_t size = op.shape().size();
+  std::int32_t* out = result.data();
+  rendezvous<T>(ctx, g, name, Max ? OpKind::pargmax : OpKind::pargmin, op.shape(), {}, 2,
+                op.data(), out, [&](auto& peer, auto&, auto&) {
+                  for (std::int64_t j = 0; j < size; ++j) {
+                    T best = peer(0)[j];
+                    std::int32_t at = 0;
+                    for (int k = 1; k < n; ++k) {
+                      const T v = peer(k)[j];
+                      if (Max ? v > best : v < best) {
+                        best = v;
+                        at = k;
+                      }
+                    }
+                    out[j] = at;
+                  }
+                });
+  if constexpr (Operand<X>::is_scalar)
+    return std::int32_t(result());
+  else
+    return result;
+}
+
+// ---- data movement -------------------------------------------------------------------------
+/// A shape seen in memory order (row-major equivalent) and split around one axis:
+/// [outer, mid, inner].
+struct Split3 {
+  std::int64_t outer = 1, mid = 1, inner = 1;
+};
+inline Split3 split_around(const Shape& s, int axis, int layout) {
+  Split3 r;
+  for (int a = 0; a < s.rank; ++a) {
+    const std::int64_t d = s.dims[static_cast<std::size_t>(a)];
+    const bool before = layout == Eigen::RowMajor ? a < axis : a > axis;
+    if (a == axis) r.mid = d;
+    else if (before) r.outer *= d;
+    else r.inner *= d;
+  }
+  return r;
+}
+
+/// Copies `in` ([outer, mid, inner]) into block k of `out` ([outer, n * mid, inner]).
+template <class T>
+void place_block(T* out, const T* in, const Split3& s, int n, int k) {
+  const std::int64_t run = s.mid * s.inner;
+  for (std::int64_t o = 0; o < s.outer; ++o)
+    std::memcpy(out + (o * n + k) * run, in + o * run, static_cast<std::size_t>(run) * sizeof(T));
+}
+
+template <class T>
+void copy_or_zero(T* out, const T* in, std::int64_t size) {
+  if (in)
+    std::memcpy(out, in, static_cast<std::size_t>(size) * sizeof(T));
+  else
+    std::fill(out, out + size, T{});
+}
+
+}  // namespace pmap::detail
+
+namespace pmap {
+
+template <class X>
+auto Context::psum(const X& x, AxisNames axes, const Groups& groups) {
+  using T = typename detail::Operand<X>::T;
+  using Acc = std::conditional_t<std::is_same_v<T, bool>, std::int32_t, T>;
+  return detail::reduce<detail::OpKind::psum, Acc>(*this, x, axes, groups, "psum");
+}
+
+template <class X>
+auto Context::pmean(const X& x, AxisNames axes, const Groups& groups) {
+  using T = typename detail::Operand<X>::T;
+  using Acc = std::conditional_t<std::is_integral_v<T>, double, T>;
+  return detail::reduce<detail::OpKind::pmean, Acc>(*this, x, axes, groups, "pmean");
+}
+
+template <class X>
+auto Context::pmax(const X& x, AxisNames axes, const Groups& groups) {
+  using T = typename detail::Operand<X>::T;
+  return detail::reduce<detail::OpKind::pmax, T>(*this, x, axes, groups, "pmax");
+}
+
+template <class X>
+auto Context::pmin(const X& x, AxisNames axes, const Groups& groups) {
+  using T = typename detail::Operand<X>::T;
+  return detail::reduce<detail::OpKind::pmin, T>(*this, x, axes, groups, "pmin");
+}
+
+template <class X>
+auto Context::pargmax(const X& x, AxisNames axes) {
+  return detail::arg_reduce<true>(*this, x, axes, "pargmax");
+}
+
+template <class X>
+auto Context::pargmin(const X& x, AxisNames axes) {
+  return detail::arg_reduce<false>(*this, x, axes, "pargmin");
+}
+
+template <class X>
+auto Context::all_gather(const X& x, AxisNames axes, int axis, const Groups& groups) {
+  detail::Operand<X> op(x);
+  using T = typename detail::Operand<X>::T;
+  constexpr int R = detail::Operand<X>::rank;
+  constexpr int L = detail::Operand<X>::is_scalar ? Eigen::RowMajor : detail::Operand<X>::layout;
+  const detail::GroupInfo& g = detail::Access::group(*this, axes, groups, true, "all_gather");
+  const int n = static_cast<int>(g.members.size());
+  const int a = detail::canonical_axis(axis, R + 1);
+  auto result = detail::make_result<T, R + 1, L>(detail::insert_axis(op.shape(), a, n));
+  // A new axis of extent 1 at `a`, then concatenated: block k is member k's input.
+  const detail::Split3 s = detail::split_around(detail::insert_axis(op.shape(), a, 1), a, L);
+  T* out = result.data();
+  detail::rendezvous<T>(*this, g, "all_gather", detail::OpKind::all_gather, op.shape(), {a, 0}, 2,
+                        op.data(), out, [&](auto& peer, auto&, auto&) {
+                          for (int k = 0; k < n; ++k) detail::place_block(out, peer(k), s, n, k);
+                        });
+  return result;
+}
+
+template <class X>
+auto Context::all_gather(const X& x, AxisNames axes, int axis, tiled_t, const Groups& groups) {
+  detail::Operand<X> op(x);
+  using T = typename detail::Operand<X>::T;
+  constexpr int R = detail::Operand<X>::rank;
+  constexpr int L = detail::Operand<X>::layout;
+  const detail::GroupInfo& g = detail::Access::group(*this, axes, groups, true, "all_gather");
+  const int n = static_cast<int>(g.members.size());
+  const int a = detail::canonical_axis(axis, R);
+  detail::Shape out_shape = op.shape();
+  out_shape.dims[static_cast<std::size_t>(a)] *= n;
+  auto result = detail::make_result<T, R, L>(out_shape);
+  const detail::Split3 s = detail::split_around(op.shape(), a, L);
+  T* out = result.data();
+  detail::rendezvous<T>(*this, g, "all_gather", detail::OpKind::all_gather, op.shape(), {a, 1}, 2,
+                        op.data(), out, [&](auto& peer, auto&, auto&) {
+                          for (int k = 0; k < n; ++k) detail::place_block(out, peer(k), s, n, k);
+                        });
+  return result;
+}
+
+namespace detail {
+
+/// psum_scatter: member p sums block p (of n along the scatter dimension) of every input.
+template <bool Tiled, class X>
+auto scatter_sum(Context& ctx, const X& x, const AxisNames& axes, int dimension,
+                 const Groups& groups) {
+  Operand<X> op(x);
+  using T = typename Operand<X>::T;
+  using Acc = std::conditional_t<std::is_same_v<T, bool>, std::int32_t, T>;
+  constexpr int R = Operand<X>::rank;
+  constexpr int L = Operand<X>::layout;
+  const GroupInfo& g = Access::group(ctx, axes, groups, true, "psum_scatter");
+  const int n = static_cast<int>(g.members.size());
+  const int a = canonical_axis(dimension, R);
+  const std::int64_t extent = op.shape().dims[static_cast<std::size_t>(a)];
+  if (!Tiled && extent != n)
+    raise_value_error("reduce_scatter operand scatter dimension size " + std::to_string(extent) +
+                      " must match shard count " + std::to_string(n));
+  if (Tiled && extent % n != 0)
+    raise_value_error("tiled reduce_scatter operand scatter dimension size " +
+                      std::to_string(extent) + " must be divisible by shard_count " +
+                      std::to_string(n));
+  Shape block = op.shape();
+  block.dims[static_cast<std::size_t>(a)] = extent / n;
+  const Split3 s = split_around(block, a, L);
+  constexpr int RO = Tiled ? R : R - 1;
+  auto result = make_result<Acc, RO, L>(Tiled ? block : remove_axis(block, a));
+  Acc* out = result.data();
+  const int p = g.position;
+  const std::int64_t run = s.mid * s.inner;
+  rendezvous<T>(ctx, g, "psum_scatter", OpKind::psum_scatter, op.shape(), {a, Tiled}, 2,
+                op.data(), out, [&](auto& peer, auto&, auto&) {
+                  for (std::int64_t o = 0; o < s.outer; ++o)
+                    reduce_block<OpKind::psum, Acc, T>(
+                        out + o * run, run, n, [&](int k) { return peer(k) + (o * n + p) * run; });
+                });
+  return result;
+}
+
+/// all_to_all: member p receives block p (along split_axis) of every member's input and
+/// places member k's block at position k along concat_axis.
+template <bool Tiled, class X>
+auto exchange(Context& ctx, const X& x, const AxisNames& axes, int split_axis, int concat_axis,
+              const Groups& groups) {
+  Operand<X> op(x);
+  using T = typename Operand<X>::T;
+  constexpr int R = Operand<X>::rank;
+  constexpr int L = Operand<X>::layout;
+  const GroupInfo& g = Access::group(ctx, axes, groups, true, "all_to_all");
+  const int n = static_cast<int>(g.members.size());
+  const int sa = canonical_axis(split_axis, R);
+  const int ca = canonical_axis(concat_axis, R);
+  const Shape in = op.shape();
+  const std::int64_t extent = in.dims[static_cast<std::size_t>(sa)];
+  if (!Tiled && extent != n)
+    raise_value_error("all_to_all requires the size of the mapped axis " + g.axis_label +
+                      " to equal x.shape[split_axis], but they are " + std::to_string(n) +
+                      " and " + std::to_string(extent) + " respectively.");
+  if (Tiled && extent % n != 0)
+    raise_value_error("The size of all_to_all split_axis (" + std::to_string(extent) +
+                      ") has to be divisible by the size of the named axis " + g.axis_label +
+                      " (" + std::to_string(n) + ")");
+  // Tiled: block = input with split extent / n, out = block with concat extent * n.
+  // Untiled: the split axis (extent n) is removed and a new axis n inserted at concat_axis;
+  // seen as blocks of extent 1 that is the same copy with reshaped indices.
+  Shape block = in;
+  block.dims[static_cast<std::size_t>(sa)] = extent / n;
+  Shape out_shape;
+  if constexpr (Tiled) {
+    out_shape = block;
+    out_shape.dims[static_cast<std::size_t>(ca)] *= n;
+  } else {
+    out_shape = insert_axis(remove_axis(in, sa), ca, n);
+  }
+  auto result = make_result<T, R, L>(out_shape);
+  T* out = result.data();
+  const int p = g.position;
+  rendezvous<T>(ctx, g, "all_to_all", OpKind::all_to_all, in, {sa, ca, Tiled}, 2, op.data(), out,
+                [&](auto& peer, auto&, auto&) {
+                  using Map = Eigen::TensorMap<Eigen::Tensor<T, R, L>>;
+                  using CMap = Eigen::TensorMap<const Eigen::Tensor<T, R, L>>;
+                  Map o(out, dsizes<T, R, L>(out_shape));
+                  Eigen::DSizes<Eigen::DenseIndex, R> from, to, extents;
+                  for (int d = 0; d < R; ++d) {
+                    from[d] = 0;
+                    to[d] = 0;
+                  }
+                  if constexpr (Tiled) {
+                    extents = dsizes<T, R, L>(block);
+                    from[sa] = extents[sa] * p;
+                  }
+                  for (int k = 0; k < n; ++k) {
+                    CMap src(peer(k), dsizes<T, R, L>(in));
+                    if constexpr (Tiled) {
+                      to[ca] = extents[ca] * k;
+                      o.slice(to, extents) = src.slice(from, extents);
+                    } else {
+                      o.chip(k, ca) = src.chip(p, sa);
+                    }
+                  }
+                });
+  return result;
+}
+
+/// Member p receives the input of member source(p), or zeros when source(p) < 0.
+template <class X, class Source>
+auto permute(Context& ctx, const X& x, const GroupInfo& g, const char* name, OpKind kind,
+             std::initializer_list<std::int64_t> params, std::uint64_t perm_hash,
+             const Source& source) {
+  Operand<X> op(x);
+  using T = typename Operand<X>::T;
+  constexpr int R = Operand<X>::rank;
+  constexpr int L = Operand<X>::layout;
+  auto result = make_result<T, R, L>(op.shape());
+  T* out = result.data();
+  const int from = source(g.position);
+  GroupInfo signed_group = g;
+  signed_group.signature ^= perm_hash;
+  rendezvous<T>(ctx, signed_group, name, kind, op.shape(), params, 2, op.data(), out,
+                [&](auto& peer, auto&, auto&) {
+                  copy_or_zero(out, from >= 0 ? peer(from) : nullptr, op.shape().size());
+                });
+  if constexpr (Operand<X>::is_scalar)
+    return T(result());
+  else
+    return result;
+}
+
+}  // namespace detail
+
+template <class X>
+auto Context::psum_scatter(const X& x, AxisNames axes, int scatter_dimension,
+                           const Groups& groups) {
+  return detail::scatter_sum<false>(*this, x, axes, scatter_dimension, groups);
+}
+
+template <class X>
+auto Context::psum_scatter(const X& x, AxisNames axes, int scatter_dimension, tiled_t,
+                           const Groups& groups) {
+  return detail::scatter_sum<true>(*this, x, axes, scatter_dimension, groups);
+}
+
+template <class X>
+auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis,
+                         const Groups& groups) {
+  return detail::exchange<false>(*this, x, axes, split_axis, concat_axis, groups);
+}
+
+template <class X>
+auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
+                         const Groups& groups) {
+  return detail::exchange<true>(*this, x, axes, split_axis, concat_axis, groups);
+}
+
+template <class X>
+auto Context::ppermute(const X& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
+  const detail::GroupInfo& g = detail::Access::group(*this, axes, {}, false, "ppermute");
+  detail::check_permutation_pairs(perm, g);
+  int from = -1;
+  for (const auto& [src, dst] : perm)
+    if (dst == g.position) from = src;
+  return detail::permute(*this, x, g, "ppermute", detail::OpKind::ppermute, {},
+                         detail::hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])),
+                         [from](int) { return from; });
+}
+
+template <class X>
+auto Context::pshuffle(const X& x, AxisNames axes, const std::vector<int>& perm) {
+  const detail::GroupInfo& g = detail::Access::group(*this, axes, {}, false, "pshuffle");
+  detail::check_shuffle(perm, g);
+  return detail::permute(*this, x, g, "pshuffle", detail::OpKind::ppermute, {},
+                         detail::hash_bytes(1, perm.data(), perm.size() * sizeof(int)),
+                         [&perm](int p) { return perm[static_cast<std::size_t>(p)]; });
+}
+
+template <class X>
+auto Context::pbroadcast(const X& x, AxisNames axes, int source) {
+  const detail::GroupInfo& g = detail::Access::group(*this, axes, {}, false, "pbroadcast");
+  detail::check_source(source, g);
+  return detail::permute(*this, x, g, "pbroadcast", detail::OpKind::pbroadcast, {source}, 0,
+                         [source](int) { return source; });
+}
+
+}  // namespace pmap

@@ -3,6 +3,7 @@
 /// and the per-device views a kernel receives (SPEC 2.1, 3.1).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -174,7 +175,7 @@ auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
     return Eigen::TensorMap<const Eigen::Tensor<T, R, L>>(leaf.data(), leaf.dimensions());
   } else {
     static_assert(R >= 1, "a rank-0 tensor cannot be mapped");
-    const int d = normalize_in_axis(spec, R);
+    const int d = std::clamp(spec < 0 ? spec + R : spec, 0, R - 1);  // validated before dispatch
     const auto& dims = leaf.dimensions();
     Eigen::DSizes<Eigen::DenseIndex, R - 1> vdims;
     for (int a = 0; a < R - 1; ++a) vdims[a] = dims[a < d ? a : a + 1];
@@ -182,9 +183,15 @@ auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
     const bool contiguous = (L == Eigen::RowMajor) ? d == 0 : d == R - 1;
     if (contiguous)
       return Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>(leaf.data() + slice * i, vdims);
+    // Strided slice: in memory order the leaf is [outer, dims[d], inner]; gather row i.
+    std::int64_t outer = 1, inner = 1;
+    for (int a = 0; a < R; ++a)
+      if (a != d) ((L == Eigen::RowMajor) == (a < d) ? outer : inner) *= dims[a];
     T* buf = staging.allocate<T>(slice);
-    Eigen::TensorMap<Eigen::Tensor<T, R - 1, L>>(buf, vdims) =
-        Eigen::TensorMap<const Eigen::Tensor<T, R, L>>(leaf.data(), dims).chip(i, d);
+    const T* src = leaf.data() + inner * i;
+    for (std::int64_t o = 0; o < outer; ++o)
+      std::memcpy(buf + o * inner, src + o * inner * dims[d],
+                  static_cast<std::size_t>(inner) * sizeof(T));
     return Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>(buf, vdims);
   }
 }

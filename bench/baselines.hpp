@@ -1,0 +1,318 @@
+/// @file baselines.hpp
+/// @brief The hand-written baselines pmap's benchmarks are measured against, and the
+/// reporter that prints pmap's times as ratios to them.
+///
+/// Header-only and self-contained: it needs oneTBB, OpenMP (compile with -fopenmp, i.e.
+/// link OpenMP::OpenMP_CXX), Google Benchmark and, for the Eigen `ThreadPoolDevice`
+/// baseline, `EIGEN_USE_THREADS` defined before the first Eigen include of the translation
+/// unit. It does not include pmap, so the report program `pmap-bench` and other projects can
+/// reuse the baselines as they are.
+///
+/// Naming convention shared by every benchmark binary (what RatioReporter relies on):
+/// a benchmark is registered as `<workload>/<impl>` with named arguments
+/// (`dispatch/pmap_void/devices:8`). Within one workload and one set of arguments, every
+/// impl whose name starts with `pmap` is a candidate and every other impl is a baseline;
+/// the reporter prints candidate time / baseline time for every pair (> 1: pmap slower).
+///
+/// Thread safety: every function is safe to call from any thread; a SpinBarrier is shared
+/// by exactly the number of threads it was built for.
+#pragma once
+
+#if !defined(_OPENMP)
+#error "bench/baselines.hpp needs OpenMP: link the target with OpenMP::OpenMP_CXX"
+#endif
+
+#include <benchmark/benchmark.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
+
+#if defined(EIGEN_USE_THREADS)
+#include <unsupported/Eigen/CXX11/Tensor>
+#endif
+
+namespace pmap::bench {
+
+// ---- machine -------------------------------------------------------------------------------
+
+/// @brief Hardware threads of the machine (at least 1).
+inline int hardware_threads() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+/// @brief The thread count pmap's Runtime picks for `devices` devices: min(devices, hw).
+inline int threads_for(int devices) { return std::min(devices, hardware_threads()); }
+
+/// @brief Tells the core that this thread spins (PAUSE on x86), so its sibling runs faster.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// ---- dispatch ----------------------------------------------------------------------------
+
+/// @brief Raw oneTBB dispatch: body(i) for i in [0, n) with the static partitioner, inside
+/// `arena` (build it with the concurrency pmap's Runtime would use).
+template <class Body>
+void tbb_for_each(tbb::task_arena& arena, int n, const Body& body) {
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int>(0, n),
+        [&](const tbb::blocked_range<int>& r) {
+          for (int i = r.begin(); i != r.end(); ++i) body(i);
+        },
+        tbb::static_partitioner{});
+  });
+}
+
+/// @brief OpenMP dispatch: one parallel region of `threads` threads, static schedule.
+template <class Body>
+void omp_for_each(int n, int threads, const Body& body) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int i = 0; i < n; ++i) body(i);
+}
+
+// ---- barriers ------------------------------------------------------------------------------
+
+/// @brief Centralised sense-reversing spin barrier on std::atomic: the lower bound of what
+/// one phase of a collective costs when every participant owns a core.
+///
+/// Each thread keeps its own `local_sense` (initially false) and passes it to every call.
+/// The waiters spin with PAUSE and yield after a long spin, so a preempted peer on a
+/// shared machine does not turn a microsecond into a scheduler quantum.
+///
+/// Example:
+/// @code
+///   pmap::bench::SpinBarrier barrier(2);
+///   #pragma omp parallel num_threads(2)
+///   {
+///     bool sense = false;
+///     for (int k = 0; k < 100; ++k) barrier.arrive_and_wait(sense);
+///   }
+/// @endcode
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int threads) : threads_(threads), remaining_(threads) {}
+  SpinBarrier(const SpinBarrier&) = delete;
+  SpinBarrier& operator=(const SpinBarrier&) = delete;
+
+  /// @brief Waits until all `threads` threads have arrived.
+  void arrive_and_wait(bool& local_sense) {
+    local_sense = !local_sense;
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      remaining_.store(threads_, std::memory_order_relaxed);
+      sense_.store(local_sense, std::memory_order_release);
+      return;
+    }
+    for (unsigned spins = 0; sense_.load(std::memory_order_acquire) != local_sense; ++spins) {
+      if (spins < (1u << 14))
+        cpu_relax();
+      else
+        std::this_thread::yield();
+    }
+  }
+
+ private:
+  const int threads_;
+  alignas(64) std::atomic<int> remaining_;
+  alignas(64) std::atomic<bool> sense_{false};
+};
+
+// ---- triad: c = a + 0.5 * b -----------------------------------------------------------------
+
+/// @brief Serial triad over [begin, end), vectorised by `omp simd`.
+inline void triad_range(float* __restrict c, const float* __restrict a,
+                        const float* __restrict b, std::size_t begin, std::size_t end) {
+#pragma omp simd
+  for (std::size_t i = begin; i < end; ++i) c[i] = a[i] + 0.5f * b[i];
+}
+
+/// @brief Raw oneTBB triad over `size` floats, static partitioner, inside `arena`.
+inline void tbb_triad(tbb::task_arena& arena, float* c, const float* a, const float* b,
+                      std::size_t size) {
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, size),
+        [&](const tbb::blocked_range<std::size_t>& r) { triad_range(c, a, b, r.begin(), r.end()); },
+        tbb::static_partitioner{});
+  });
+}
+
+/// @brief OpenMP triad over `size` floats: one contiguous chunk per thread.
+inline void omp_triad(float* c, const float* a, const float* b, std::size_t size, int threads) {
+#pragma omp parallel num_threads(threads)
+  {
+    const auto t = static_cast<std::size_t>(omp_get_thread_num());
+    const auto nt = static_cast<std::size_t>(omp_get_num_threads());
+    triad_range(c, a, b, size * t / nt, size * (t + 1) / nt);
+  }
+}
+
+/// @brief Fills `size` floats with `value` in parallel (first touch by the OpenMP threads).
+inline void parallel_fill(float* data, std::size_t size, float value, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (std::size_t i = 0; i < size; ++i) data[i] = value;
+}
+
+#if defined(EIGEN_USE_THREADS)
+/// @brief An Eigen ThreadPool and the ThreadPoolDevice over it: `t.device(pool.device) = e`.
+/// Build one per benchmark run, so its workers do not outlive (and disturb) the others.
+struct EigenPool {
+  explicit EigenPool(int threads) : pool(threads), device(&pool, threads) {}
+  Eigen::ThreadPool pool;
+  Eigen::ThreadPoolDevice device;
+};
+#endif
+
+// ---- copies --------------------------------------------------------------------------------
+
+/// @brief `threads` OpenMP threads each copy `bytes` from src[t] to dst[t]: what moving the
+/// bytes every device receives costs at best, with preallocated destinations.
+inline void omp_memcpy(int threads, void* const* dst, const void* const* src, std::size_t bytes) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    std::memcpy(dst[t], src[t], bytes);
+  }
+}
+
+/// @brief Like omp_memcpy, but each thread allocates its destination, copies and frees it:
+/// the cost of a copy that returns fresh memory (page faults included), as an owning
+/// collective result does.
+inline void omp_memcpy_alloc(int threads, const void* const* src, std::size_t bytes) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    std::unique_ptr<unsigned char[]> dst(new unsigned char[bytes]);
+    std::memcpy(dst.get(), src[t], bytes);
+    benchmark::DoNotOptimize(dst.get());
+    benchmark::ClobberMemory();
+  }
+}
+
+// ---- reporting -----------------------------------------------------------------------------
+
+/// @brief A counter of seconds per operation (printed as "1.23us"), given `ops` operations
+/// per benchmark iteration; uses the benchmark's timer (real time under UseRealTime()).
+inline benchmark::Counter time_per_op(double ops) {
+  return benchmark::Counter(ops, benchmark::Counter::kIsIterationInvariantRate |
+                                     benchmark::Counter::kInvert);
+}
+
+/// @brief Console reporter that, after the usual table, prints every pmap candidate's time
+/// as a ratio to every baseline of the same workload and arguments (see the file comment).
+/// Uses the median over repetitions when --benchmark_repetitions is given.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  RatioReporter() : benchmark::ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    benchmark::ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.error_occurred || run.iterations <= 0) continue;
+      const bool median = run.run_type == Run::RT_Aggregate && run.aggregate_name == "median";
+      if (run.run_type == Run::RT_Aggregate && !median) continue;
+      const std::string& function = run.run_name.function_name;
+      const std::size_t slash = function.rfind('/');
+      if (slash == std::string::npos) continue;
+      const std::string key = function.substr(0, slash) + " [" + run.run_name.args + "]";
+      const std::string impl = function.substr(slash + 1);
+      auto [it, fresh] = groups_.try_emplace(key);
+      if (fresh) order_.push_back(key);
+      Time& t = it->second[impl];
+      if (t.impl_order < 0) t.impl_order = static_cast<int>(it->second.size());
+      const double seconds = run.real_accumulated_time / static_cast<double>(run.iterations);
+      if (median) {
+        t.median = seconds;
+      } else {
+        t.sum += seconds;
+        ++t.count;
+      }
+    }
+  }
+
+  void Finalize() override {
+    benchmark::ConsoleReporter::Finalize();
+    std::ostream& out = GetOutputStream();
+    bool header = false;
+    for (const std::string& key : order_) {
+      std::vector<std::pair<int, std::string>> impls;
+      for (const auto& [impl, t] : groups_[key]) impls.emplace_back(t.impl_order, impl);
+      std::sort(impls.begin(), impls.end());
+      std::vector<std::string> candidates, baselines;
+      for (const auto& [order, impl] : impls)
+        (std::string_view(impl).substr(0, 4) == "pmap" ? candidates : baselines).push_back(impl);
+      if (candidates.empty() || baselines.empty()) continue;
+      if (!header) {
+        out << "\nRatios: pmap time / baseline time (real time; > 1 means pmap is slower)\n";
+        header = true;
+      }
+      for (const std::string& c : candidates) {
+        out << "  " << key << " " << c << ":";
+        const double tc = groups_[key][c].seconds();
+        for (const std::string& b : baselines) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " %.2fx %s", tc / groups_[key][b].seconds(), b.c_str());
+          out << buf;
+        }
+        out << "\n";
+      }
+    }
+    out.flush();
+  }
+
+ private:
+  struct Time {
+    double sum = 0;
+    int count = 0;
+    double median = -1;
+    int impl_order = -1;
+    double seconds() const { return median >= 0 ? median : sum / count; }
+  };
+  std::vector<std::string> order_;
+  std::map<std::string, std::map<std::string, Time>> groups_;
+};
+
+/// @brief The main() of a benchmark binary: runs the registered benchmarks with the
+/// RatioReporter on the console (plain Google Benchmark reporting for another
+/// --benchmark_format, so JSON and CSV stay machine-readable).
+inline int run_benchmarks(int argc, char** argv) {
+  bool console = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg(argv[i]);
+    if (arg.substr(0, 19) == "--benchmark_format=" && arg.substr(19) != "console") console = false;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (console) {
+    RatioReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+  } else {
+    benchmark::RunSpecifiedBenchmarks();
+  }
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace pmap::bench

@@ -1,0 +1,78 @@
+#include <fmt/format.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pmap/collectives.hpp"
+
+namespace pmap::detail {
+
+std::uint64_t hash_bytes(std::uint64_t h, const void* data, std::size_t size) {
+  h ^= 0xcbf29ce484222325ULL;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < size; ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+std::uint64_t op_signature(OpKind kind, const char* dtype, const Shape& shape,
+                           std::initializer_list<std::int64_t> params) {
+  std::uint64_t h = hash_bytes(static_cast<std::uint64_t>(kind), dtype, std::strlen(dtype));
+  h = hash_bytes(h, &shape.rank, sizeof(shape.rank));
+  h = hash_bytes(h, shape.dims.data(), static_cast<std::size_t>(shape.rank) * sizeof(std::int64_t));
+  for (std::int64_t p : params) h = hash_bytes(h, &p, sizeof(p));
+  return h;
+}
+
+int canonical_axis(int axis, int ndim) {
+  const int a = axis < 0 ? axis + ndim : axis;
+  if (a < 0 || a >= ndim)
+    raise_value_error(fmt::format("axis {} is out of bounds for array of dimension {}", axis, ndim));
+  return a;
+}
+
+namespace {
+
+std::string python_pairs(const std::vector<std::pair<int, int>>& perm) {
+  std::vector<std::string> items;
+  for (const auto& [src, dst] : perm) items.push_back(fmt::format("({}, {})", src, dst));
+  if (items.size() == 1) return fmt::format("({},)", items[0]);
+  return fmt::format("({})", fmt::join(items, ", "));
+}
+
+}  // namespace
+
+void check_permutation_pairs(const std::vector<std::pair<int, int>>& perm, const GroupInfo& g) {
+  std::vector<char> src_seen(static_cast<std::size_t>(g.axis_size), 0);
+  std::vector<char> dst_seen(static_cast<std::size_t>(g.axis_size), 0);
+  for (const auto& [src, dst] : perm)
+    for (int index : {src, dst})
+      if (index < 0 || index >= g.axis_size)
+        raise_value_error(fmt::format(
+            "ppermute index {} is out of range for axis {} of size {} (got perm {})", index,
+            g.axis_label, g.axis_size, python_pairs(perm)));
+  for (const auto& [src, dst] : perm) {
+    if (src_seen[static_cast<std::size_t>(src)]++ || dst_seen[static_cast<std::size_t>(dst)]++)
+      raise_value_error(
+          fmt::format("ppermute sources and destinations must be unique, got {}.", python_pairs(perm)));
+  }
+}
+
+void check_shuffle(const std::vector<int>& perm, const GroupInfo& g) {
+  std::vector<char> seen(perm.size(), 0);
+  bool ok = static_cast<int>(perm.size()) == g.axis_size;
+  for (int p : perm) {
+    if (p < 0 || p >= static_cast<int>(perm.size()) || seen[static_cast<std::size_t>(p)]++) ok = false;
+  }
+  if (!ok)
+    raise_value_error(
+        fmt::format("`perm` does not represent a permutation: [{}]", fmt::join(perm, ", ")));
+}
+
+void check_source(int source, const GroupInfo& g) {
+  if (source < 0 || source >= g.axis_size)
+    raise_value_error(fmt::format("pbroadcast source {} is out of range for axis {} of size {}",
+                                  source, g.axis_label, g.axis_size));
+}
+
+}  // namespace pmap::detail
