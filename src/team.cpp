@@ -11,7 +11,7 @@ namespace pmap::detail {
 namespace {
 
 // Spinning helps only while every device can hold a thread; a few microseconds at most.
-constexpr int kSpinIterations = 4000;
+constexpr int kSpinIterations = 1000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -270,6 +270,40 @@ TEST(Runtime, SeveralRuntimesFromConcurrentHostThreads) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+TEST(Runtime, NegativeCountsAreValueErrors) {
+  // Not in SPEC.md; runtime.hpp documents it.
+  EXPECT_THROW(pmap::Runtime({.num_devices = -1, .num_threads = 1}), pmap::ValueError);
+  EXPECT_THROW(pmap::Runtime({.num_devices = 2, .num_threads = -3}), pmap::ValueError);
+}
+
+TEST(Runtime, ConcurrentCallsOnOneRuntime) {
+  // runtime.hpp / mapped.hpp: several threads may dispatch onto one Runtime, and call one
+  // Mapped, at once.
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  auto shared = pmap::pmap([](pmap::Context& ctx, auto x) { return x + static_cast<float>(ctx.axis_index()); },
+                           on(rt));
+  std::atomic<int> failures{0};
+  auto drive = [&](int seed, int count) {
+    auto own = pmap::pmap([](auto x) { return x * 2.f; }, on(rt));
+    auto x = make<Eigen::Tensor<float, 2, RowMajor>>(seed, count, 3);
+    Eigen::Tensor<float, 2, RowMajor> e_shared(count, 3);
+    for (Index i = 0; i < count; ++i)
+      for (Index j = 0; j < 3; ++j) e_shared(i, j) = x(i, j) + static_cast<float>(i);
+    Eigen::Tensor<float, 2, RowMajor> e_own = x * 2.f;
+    for (int round = 0; round < 200; ++round) {
+      if (!tensors_equal(shared(x), e_shared)) failures.fetch_add(1);
+      if (!tensors_equal(own(x), e_own)) failures.fetch_add(1);
+    }
+  };
+  std::thread a([&] { drive(1, 8); });
+  std::thread b([&] { drive(2, 5); });
+  std::thread c([&] { drive(3, 8); });
+  a.join();
+  b.join();
+  c.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
 class RuntimeReuse : public RuntimeTest {};
 PMAP_TEST_INSTANTIATE(RuntimeReuse);
 
