@@ -122,38 +122,43 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
     }
     mine.suspended = true;
     mine.waiting = true;
+#if PMAP_DEVICE_THREADS
+    mine.awake.store(false, std::memory_order_relaxed);
+    lock_.unlock();
+    mine.awake.wait(false, std::memory_order_acquire);
+#else
     tbb::task::suspend([this, &mine](tbb::task::suspend_point sp) {
       mine.resume_point = sp;
       current_device = nullptr;  // this thread now runs a fresh dispatch loop
       lock_.unlock();
     });
+#endif
     current_device = device;
     mine.waiting = false;
     if (cancelled()) throw Cancelled{};
   }
 }
 
+void Team::resume_locked(Slot& s) {
+  if (!s.suspended) return;
+  s.suspended = false;
+  --blocked_;
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+#if PMAP_DEVICE_THREADS
+  s.awake.store(true, std::memory_order_release);
+  s.awake.notify_one();
+#else
+  tbb::task::resume(s.resume_point);
+#endif
+}
+
 void Team::wake(std::span<const int> members) {
   tbb::spin_mutex::scoped_lock guard(lock_);
-  for (int m : members) {
-    Slot& s = slot(m);
-    if (!s.suspended) continue;
-    s.suspended = false;
-    --blocked_;
-    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    tbb::task::resume(s.resume_point);
-  }
+  for (int m : members) resume_locked(slot(m));
 }
 
 void Team::wake_all_locked() {
-  for (int m = 0; m < size_; ++m) {
-    Slot& s = slot(m);
-    if (!s.suspended) continue;
-    s.suspended = false;
-    --blocked_;
-    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    tbb::task::resume(s.resume_point);
-  }
+  for (int m = 0; m < size_; ++m) resume_locked(slot(m));
 }
 
 void Team::finish(int me) {

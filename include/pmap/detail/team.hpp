@@ -23,6 +23,7 @@
 #include <oneapi/tbb/task.h>
 
 #include "pmap/axes.hpp"
+#include "pmap/detail/pool.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 #include "pmap/runtime.hpp"
 
@@ -63,6 +64,7 @@ struct alignas(64) Slot {
   // Guarded by Team::lock_.
   bool suspended = false;
   tbb::task::suspend_point resume_point = nullptr;
+  std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on
   bool waiting = false;  ///< inside Team::wait (for error messages)
 };
 
@@ -110,6 +112,7 @@ class Team {
   bool reached(std::span<const int> members, std::uint64_t target, int me);
   void wake(std::span<const int> members);
   void wake_all_locked();
+  void resume_locked(Slot& s);
   void suspend_until(int me, std::span<const int> members, std::uint64_t target);
   [[noreturn]] void raise_stuck(int me, std::span<const int> members, std::uint64_t target,
                                 int returned) const;
