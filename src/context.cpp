@@ -19,7 +19,7 @@ void resolve_axes(const Team& team, const AxisNames& axes, std::vector<int>& out
     int found = -1;
     if (!name.empty())
       for (int a = team.num_axes() - 1; a >= 0; --a)  // inner bindings shadow outer ones
-        if (*team.axis(a).name == name) {
+        if (team.axis(a).name == name) {
           found = a;
           break;
         }
@@ -36,12 +36,12 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 
 std::string axis_label(const Team& team, const std::vector<int>& axes) {
   auto name = [&](int a) {
-    const std::string& n = *team.axis(a).name;
+    const std::string& n = team.axis(a).name;
     return n.empty() ? std::string("None") : n;
   };
   if (axes.size() == 1) return name(axes[0]);
   std::vector<std::string> names;
-  for (int a : axes) names.push_back("'" + name(a) + "'");
+  for (int a : axes) names.push_back(fmt::format("'{}'", name(a)));
   return fmt::format("({})", fmt::join(names, ", "));
 }
 

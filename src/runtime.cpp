@@ -136,7 +136,7 @@ std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string* axis
     if (depth + 1 > kMaxAxes)
       raise_value_error(fmt::format("pmap nests at most {} axes", kMaxAxes));
     for (int a = 0; a < depth; ++a) axes[a] = team.axis(a);
-    axes[depth] = AxisBinding{axis_name, n};
+    axes[depth] = AxisBinding{*axis_name, n};
     const int size = team.size() * n;
     std::vector<int> ids(static_cast<std::size_t>(size));
     for (int c = 0; c < size; ++c) ids[static_cast<std::size_t>(c)] = runtime.devices()[static_cast<std::size_t>(c)].id;

@@ -174,7 +174,7 @@ class Mapped {
         team = cache_.take();
         if (!team || team->size() != n) {
           delete team;
-          const detail::AxisBinding axis{&options_.axis_name, n};
+          const detail::AxisBinding axis{options_.axis_name, n};
           std::vector<int> ids(static_cast<std::size_t>(n));
           for (int i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = call.id(i);
           team = new detail::Team(n, std::span(&axis, 1), std::move(ids), runtime_->num_threads());

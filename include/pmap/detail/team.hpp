@@ -36,8 +36,9 @@ struct Cancelled {};
 inline constexpr int kMaxAxes = 8;
 
 /// One named axis bound by an enclosing pmap.
+/// The team owns the names: an inner Mapped may die before the other devices finish.
 struct AxisBinding {
-  const std::string* name = nullptr;
+  std::string name;
   int size = 1;
 };
 
