@@ -405,23 +405,19 @@ auto exchange(Context& ctx, const X& x, const AxisNames& axes, int split_axis, i
                   using Map = Eigen::TensorMap<Eigen::Tensor<T, R, L>>;
                   using CMap = Eigen::TensorMap<const Eigen::Tensor<T, R, L>>;
                   Map o(out, dsizes<T, R, L>(out_shape));
-                  Eigen::DSizes<Eigen::DenseIndex, R> from, to, extents;
-                  for (int d = 0; d < R; ++d) {
-                    from[d] = 0;
-                    to[d] = 0;
-                  }
-                  if constexpr (Tiled) {
-                    extents = dsizes<T, R, L>(block);
-                    from[sa] = extents[sa] * p;
-                  }
+                  // Block p of every input (along split_axis) goes to place k (along
+                  // concat_axis); untiled blocks have extent 1 and are reshaped.
+                  Eigen::DSizes<Eigen::DenseIndex, R> from, to;
+                  for (int d = 0; d < R; ++d) from[d] = to[d] = 0;
+                  const auto src_extents = dsizes<T, R, L>(block);
+                  Shape dst_block = out_shape;
+                  dst_block.dims[static_cast<std::size_t>(ca)] /= n;
+                  const auto dst_extents = dsizes<T, R, L>(dst_block);
+                  from[sa] = src_extents[sa] * p;
                   for (int k = 0; k < n; ++k) {
                     CMap src(peer(k), dsizes<T, R, L>(in));
-                    if constexpr (Tiled) {
-                      to[ca] = extents[ca] * k;
-                      o.slice(to, extents) = src.slice(from, extents);
-                    } else {
-                      o.chip(k, ca) = src.chip(p, sa);
-                    }
+                    to[ca] = dst_extents[ca] * k;
+                    o.slice(to, dst_extents) = src.slice(from, src_extents).reshape(dst_extents);
                   }
                 });
   return result;

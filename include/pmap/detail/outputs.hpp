@@ -207,9 +207,9 @@ class Sink<O, int> {
       if (contiguous)
         Eigen::TensorMap<Eigen::Tensor<T, R, L>>(data_ + shape_.size() * i, dsizes<T, R, L>(shape_)) =
             value;
-      else
-        Eigen::TensorMap<Eigen::Tensor<T, R + 1, L>>(data_, dsizes<T, R + 1, L>(full_)).chip(i, axis_) =
-            value;
+      else  // a slice of extent 1 along the device axis, not chip(): GCC 12 -Warray-bounds
+        Eigen::TensorMap<Eigen::Tensor<T, R + 1, L>>(data_, dsizes<T, R + 1, L>(full_))
+            .slice(place(i), extent_one()) = value.reshape(extent_one());
     }
   }
 
@@ -219,6 +219,15 @@ class Sink<O, int> {
   Result take() { return std::move(result_); }
 
  private:
+  Eigen::DSizes<Eigen::DenseIndex, R + 1> place(int i) const {
+    Eigen::DSizes<Eigen::DenseIndex, R + 1> at;
+    for (int a = 0; a < R + 1; ++a) at[a] = a == axis_ ? i : 0;
+    return at;
+  }
+  Eigen::DSizes<Eigen::DenseIndex, R + 1> extent_one() const {
+    return dsizes<T, R + 1, L>(insert_axis(shape_, axis_, 1));
+  }
+
   Shape expected_shape() const {
     Shape s;
     s.rank = R + 1;
