@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -457,6 +458,42 @@ TEST_P(Collectives, PbroadcastGivesEveryDeviceTheSourceValue) {
   EXPECT_TRUE(tensors_equal(c, replicate(h, N)));
 }
 
+// ---- result types (SPEC 2.3) ----------------------------------------------------------------
+
+TEST_P(Collectives, ResultTypesFollowTheSpec) {
+  F2 x = make<F2>(0, n(), n());
+  Tensor<float, 2, ColMajor> xc = make<Tensor<float, 2, ColMajor>>(1, n(), n());
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v, auto c) {
+        using V = Tensor<float, 1>;
+        using C = Tensor<float, 1, ColMajor>;
+        // decltype only: nothing runs, so the pmap result reports each check per device.
+        return std::make_tuple(
+            std::is_same_v<decltype(ctx.psum(v)), V>,
+            std::is_same_v<decltype(ctx.psum(c * 2.f)), C>,
+            std::is_same_v<decltype(ctx.pmean(v)), V>,
+            std::is_same_v<decltype(ctx.pmax(c)), C>,
+            std::is_same_v<decltype(ctx.pargmax(v)), Tensor<std::int32_t, 1>>,
+            std::is_same_v<decltype(ctx.pargmin(c)), Tensor<std::int32_t, 1, ColMajor>>,
+            std::is_same_v<decltype(ctx.all_gather(c)), Tensor<float, 2, ColMajor>>,
+            std::is_same_v<decltype(ctx.all_gather(v, {}, 0, pmap::tiled)), V>,
+            std::is_same_v<decltype(ctx.psum_scatter(v)), Tensor<float, 0>>,
+            std::is_same_v<decltype(ctx.psum_scatter(v, {}, 0, pmap::tiled)), V>,
+            std::is_same_v<decltype(ctx.all_to_all(c, {}, 0, 0)), C>,
+            std::is_same_v<decltype(ctx.ppermute(c, {}, Perm{})), C>,
+            std::is_same_v<decltype(ctx.pbroadcast(v, {}, 0)), V>,
+            std::is_same_v<decltype(ctx.psum(1)), int>,
+            std::is_same_v<decltype(ctx.pmean(1)), double>,
+            std::is_same_v<decltype(ctx.psum(true)), std::int32_t>,
+            std::is_same_v<decltype(ctx.pmax(2.5f)), float>);
+      },
+      on(rt()));
+  const auto checks = f(x, xc);
+  int k = 0;
+  auto check = [&](const Tensor<bool, 1>& t) { EXPECT_TRUE(t(0)) << "check " << k++; };
+  std::apply([&](const auto&... t) { (check(t), ...); }, checks);
+}
+
 // ---- axis queries, anonymous axes, results -----------------------------------------------
 
 TEST_P(Collectives, AxisIndexAndSizeForOneNameAListAndInnermost) {
@@ -699,22 +736,35 @@ TEST_P(Grouped, UnequalGroupsAreRejectedByGatherScatterAllToAll) {
 TEST_P(Grouped, GroupsThatDoNotCoverEveryIndexOnceAreRejected) {
   const int N = n();
   F2 x = make<F2>(26, N, 2);
-  std::vector<pmap::Groups> bad;
-  pmap::Groups missing{{0, 1}}, dup{{0, 1}}, out{{0, 1}}, neg{{-1}};
+  const std::string cover = "axis_index_groups must cover all indices exactly once";
+  // Unequal sizes are fine for psum, so only the cover rule applies.
+  pmap::Groups missing{{0, 1}}, dup{{0, 1}}, out{{0, 1}, {}}, neg{{-1}};
   for (int d = 2; d < N - 1; ++d) missing[0].push_back(d);
   for (int d = 1; d < N; ++d) dup.push_back({d});
-  out.push_back({});
   for (int d = 2; d <= N; ++d) out[1].push_back(d);
   for (int d = 0; d < N; ++d) neg.push_back({d});
   for (const auto& groups : {missing, dup, out, neg}) {
     auto f = pmap::pmap([&](pmap::Context& ctx, auto v) { return ctx.psum(v, "i", groups); }, on(rt()));
-    expect_throw_msg<pmap::ValueError>([&] { (void)f(x); },
-                                       "axis_index_groups must cover all indices exactly once");
+    expect_throw_msg<pmap::ValueError>([&] { (void)f(x); }, cover);
+  }
+  // Equal-sized but invalid groups for the collectives that also need equal sizes.
+  pmap::Groups few, dup_eq, out_eq, neg_eq;
+  for (int d = 0; d < N; d += 2) {
+    dup_eq.push_back({d, d + 1});
+    out_eq.push_back({d, d + 1});
+    neg_eq.push_back({d, d + 1});
+  }
+  few = {dup_eq.front()};
+  dup_eq[1][0] = 1;
+  out_eq.back()[1] = N;
+  neg_eq[0][0] = -1;
+  for (const auto& groups : {few, dup_eq, out_eq, neg_eq}) {
     auto g = pmap::pmap(
         [&](pmap::Context& ctx, auto v) { return ctx.all_gather(v, "i", 0, groups); }, on(rt()));
-    expect_throw_msg<pmap::ValueError>([&] { (void)g(x); },
-                                       "axis_index_groups must cover all indices exactly once");
+    expect_throw_msg<pmap::ValueError>([&] { (void)g(x); }, cover);
   }
+  auto h = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); }, on(rt()));
+  EXPECT_TRUE(tensors_equal(h(x), replicate(group_sum(x, iota(N)), N)));
 }
 
 // ---- collective argument errors (SPEC 5) ---------------------------------------------------
@@ -911,15 +961,17 @@ struct Rule30Config {
   int threads;
 };
 
+std::string rule30_name(const testing::TestParamInfo<Rule30Config>& param_info) {
+  return "n" + std::to_string(param_info.param.devices) + "t" +
+         std::to_string(param_info.param.threads);
+}
+
 class Rule30 : public testing::TestWithParam<Rule30Config> {};
 INSTANTIATE_TEST_SUITE_P(Sizes, Rule30,
                          testing::Values(Rule30Config{2, 1}, Rule30Config{2, 2}, Rule30Config{4, 1},
                                          Rule30Config{4, 2}, Rule30Config{5, 1}, Rule30Config{5, 2},
                                          Rule30Config{8, 1}, Rule30Config{8, 2}),
-                         [](const testing::TestParamInfo<Rule30Config>& info) {
-                           return "n" + std::to_string(info.param.devices) + "t" +
-                                  std::to_string(info.param.threads);
-                         });
+                         rule30_name);
 
 TEST_P(Rule30, HaloExchangeMatchesSerialSimulation) {
   const int n = GetParam().devices;
