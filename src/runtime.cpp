@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "pmap/context.hpp"
+#include "pmap/detail/distributed.hpp"
 #include "pmap/detail/errors.hpp"
+#include "pmap/distributed.hpp"
 #include "pmap/detail/pool.hpp"
 #include "pmap/logging.hpp"
 #include "pmap/mapped.hpp"
@@ -63,13 +65,21 @@ Runtime::Runtime(RuntimeConfig config) {
                               ? config.num_threads
                               : from_env("PMAP_NUM_THREADS", std::min(num_devices, hw));
   local_device_count_ = num_devices;
-  devices_.reserve(static_cast<std::size_t>(num_devices));
-  for (int i = 0; i < num_devices; ++i) devices_.push_back(Device{i, process_index_});
   pool_ = std::make_unique<detail::Pool>(num_threads);
+  span_processes();
   (void)logger();  // the logger exists before the first dispatch looks at it
 }
 
 Runtime::~Runtime() = default;
+
+void Runtime::span_processes() {
+  process_count_ = distributed::is_initialized() ? detail::mpi::size() : 1;
+  process_index_ = distributed::is_initialized() ? detail::mpi::rank() : 0;
+  devices_.clear();
+  for (int p = 0; p < process_count_; ++p)
+    for (int i = 0; i < local_device_count_; ++i)
+      devices_.push_back(Device{p * local_device_count_ + i, p});
+}
 
 Runtime& Runtime::global() {
   static Runtime runtime{RuntimeConfig{}};
@@ -119,6 +129,9 @@ std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string* axis
                                   const Runtime& runtime) {
   Member& me = Access::member(outer);
   Team& team = *me.team;
+  if (team.distributed())
+    raise_value_error("pmap: a pmap nested inside a multi-process pmap is not supported; map "
+                      "the processes' axis innermost or flatten the two axes into one");
   std::vector<int> everyone(static_cast<std::size_t>(team.size()));
   for (int m = 0; m < team.size(); ++m) everyone[static_cast<std::size_t>(m)] = m;
   Slot& slot = team.slot(me.index);

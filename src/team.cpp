@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "pmap/errors.hpp"
@@ -32,18 +33,68 @@ std::string describe_op(const Slot& s) {
 }  // namespace
 
 Team::Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
-           int num_threads)
+           int num_threads, int local_begin, int local_count)
     : size_(size),
       num_axes_(static_cast<int>(axes.size())),
       device_ids_(std::move(device_ids)),
       slots_(new Slot[static_cast<std::size_t>(size)]),
-      may_spin_(size <= num_threads) {
+      may_spin_((local_count < 0 ? size : local_count) <= num_threads),
+      local_begin_(local_begin),
+      local_count_(local_count < 0 ? size : local_count) {
+  for (int m = local_begin_; m < local_begin_ + local_count_; ++m) local_members_.push_back(m);
   int stride = 1;
   for (int a = num_axes_ - 1; a >= 0; --a) {
     axes_[a] = axes[static_cast<std::size_t>(a)];
     strides_[a] = stride;
     stride *= axes_[a].size;
   }
+}
+
+namespace {
+
+/// The header round of a collective: every process must be in the same collective.
+std::string check_headers(const Slot& mine, std::uint64_t bytes) {
+  mpi::Header header;
+  header.signature = mine.signature.load(std::memory_order_relaxed);
+  header.bytes = bytes;
+  const std::vector<mpi::Header> all = mpi::exchange_headers(header);
+  for (std::size_t p = 0; p < all.size(); ++p) {
+    if (all[p].status != mpi::Status::ok)
+      return fmt::format("{} over axis {}: process {} waits in it, but process {} {}",
+                         mine.desc.name, mine.axes, mpi::rank(), p,
+                         all[p].status == mpi::Status::done ? "returned from its kernels without calling it"
+                                                            : "failed or aborted");
+    if (all[p].signature != header.signature)
+      return fmt::format("{}: process {} called {} over axis {} on {}, but process {} called a "
+                         "different collective or shape; every process must call the same "
+                         "collectives in the same order with the same shapes",
+                         mine.desc.name, mpi::rank(), mine.desc.name, mine.axes,
+                         format_typed_shape(mine.desc.dtype, mine.desc.shape), p);
+  }
+  return {};
+}
+
+}  // namespace
+
+void Team::exchange_gather(int me, std::size_t bytes) {
+  exchange_error_ = check_headers(slot(me), bytes);
+  if (!exchange_error_.empty()) return;
+  send_.resize(static_cast<std::size_t>(local_count_) * bytes);
+  for (int k = 0; k < local_count_; ++k)
+    std::memcpy(send_.data() + static_cast<std::size_t>(k) * bytes, slot(local_begin_ + k).in, bytes);
+  gathered_.resize(static_cast<std::size_t>(size_) * bytes);
+  mpi::allgather(send_.data(), send_.size(), gathered_.data());
+}
+
+void Team::exchange_reduce(int me, void* data, std::size_t count, mpi::DType dtype,
+                           mpi::ReduceOp op) {
+  exchange_error_ = check_headers(slot(me), count);
+  if (!exchange_error_.empty()) return;
+  mpi::allreduce(data, count, dtype, op);
+}
+
+void Team::raise_if_exchange_failed(int me) const {
+  if (!exchange_error_.empty()) throw RemoteFailure(device_id(me), exchange_error_);
 }
 
 void Team::reset() {
@@ -58,7 +109,9 @@ void Team::reset() {
   sleepers_.store(0, std::memory_order_relaxed);
   cancelled_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
+  error_device_ = -1;
   child.reset();
+  exchange_error_.clear();
 }
 
 bool Team::reached(std::span<const int> members, std::uint64_t target, int me) {
@@ -114,7 +167,7 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
       undo();
       return;
     }
-    if (blocked_ + finished_.load(std::memory_order_seq_cst) == size_) {
+    if (blocked_ + finished_.load(std::memory_order_seq_cst) == local_count_) {
       // Nobody is left running who could release us: report instead of hanging.
       std::string what = describe_deadlock();
       undo();
@@ -170,10 +223,13 @@ void Team::finish(int me) {
   }
 }
 
-bool Team::fail(std::exception_ptr error) {
+bool Team::fail(std::exception_ptr error, int member) {
   tbb::spin_mutex::scoped_lock guard(lock_);
   const bool first = !error_;
-  if (first) error_ = std::move(error);
+  if (first) {
+    error_ = std::move(error);
+    error_device_ = member >= 0 ? device_id(member) : -1;
+  }
   cancelled_.store(true, std::memory_order_release);
   wake_all_locked();
   return first;
@@ -217,7 +273,7 @@ void Team::raise_stuck(int me, std::span<const int> members, std::uint64_t targe
 std::string Team::describe_deadlock() const {
   std::map<std::string, std::vector<int>> waits;
   std::vector<int> returned;
-  for (int m = 0; m < size_; ++m) {
+  for (int m : local_members_) {
     const Slot& s = slot(m);
     if (s.finished.load(std::memory_order_acquire))
       returned.push_back(device_id(m));

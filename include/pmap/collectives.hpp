@@ -99,6 +99,26 @@ void rendezvous(Context& ctx, const GroupInfo& g, const char* name, OpKind kind,
   slot.out = out;
   slot.signature.store(slot.desc.signature ^ g.signature, std::memory_order_release);
   const std::uint64_t base = me.phase;
+  if (team.distributed()) {
+    // Across processes: the local devices meet, their leader exchanges every input with the
+    // other processes (one MPI call per process), then each device reads what it needs.
+    const std::size_t bytes = static_cast<std::size_t>(shape.size()) * sizeof(T);
+    team.arrive_and_wait(me.index, team.local_members(), base + 1);
+    team.check_agreement(me.index, team.local_members(), base + 1);
+    if (me.index == team.local_leader()) team.exchange_gather(me.index, bytes);
+    team.arrive_and_wait(me.index, team.local_members(), base + 2);
+    team.raise_if_exchange_failed(me.index);
+    auto peer = [&](int k) {
+      return reinterpret_cast<const T*>(team.gathered() +
+                                        static_cast<std::size_t>(g.members[static_cast<std::size_t>(k)]) * bytes);
+    };
+    auto no_out = [](int) -> void* { return nullptr; };
+    auto no_sync = [] {};
+    work(peer, no_out, no_sync);
+    team.arrive_and_wait(me.index, team.local_members(), base + 3);
+    me.phase = base + 3;
+    return;
+  }
   const std::span<const int> members(g.members);
   team.arrive_and_wait(me.index, members, base + 1);
   team.check_agreement(me.index, members, base + 1);
@@ -137,6 +157,78 @@ void reduce_block(Acc* out, std::int64_t len, int n, const Src& src) {
   if constexpr (K == OpKind::pmean) o /= static_cast<Acc>(n);
 }
 
+template <class Acc>
+constexpr mpi::DType mpi_dtype() {
+  if constexpr (std::is_same_v<Acc, float>) return mpi::DType::f32;
+  else if constexpr (std::is_same_v<Acc, double>) return mpi::DType::f64;
+  else if constexpr (std::is_same_v<Acc, std::int32_t>) return mpi::DType::i32;
+  else if constexpr (std::is_same_v<Acc, std::int64_t>) return mpi::DType::i64;
+  else if constexpr (std::is_same_v<Acc, std::complex<float>>) return mpi::DType::c64;
+  else if constexpr (std::is_same_v<Acc, std::complex<double>>) return mpi::DType::c128;
+  else return mpi::DType::none;
+}
+
+/// A reduction's result: a scalar for scalar inputs.
+template <class X, class Result>
+auto finish_reduce(Result&& result) {
+  if constexpr (Operand<X>::is_scalar)
+    return typename std::remove_cvref_t<Result>::Scalar(result());
+  else
+    return std::forward<Result>(result);
+}
+
+/// A reduction over every device of a team that spans processes, hierarchically: the local
+/// devices reduce one chunk each into the leader's result, the leader runs one MPI allreduce,
+/// the others copy the leader's result.
+template <OpKind K, class Acc, class X, class Result>
+Result distributed_reduce(Context& ctx, const GroupInfo& g, const Operand<X>& op, Result result,
+                          const char* name) {
+  using T = typename Operand<X>::T;
+  Member& me = Access::member(ctx);
+  Team& team = *me.team;
+  Slot& slot = team.slot(me.index);
+  slot.desc = OpDesc{name, op_signature(K, dtype_name<T>(), op.shape(), {static_cast<std::int64_t>(sizeof(Acc))}),
+                     dtype_name<T>(), op.shape(), 4};
+  const std::size_t len = std::min(g.axis_label.size(), sizeof(slot.axes) - 1);
+  std::memcpy(slot.axes, g.axis_label.data(), len);
+  slot.axes[len] = '\0';
+  slot.in = op.data();
+  slot.out = result.data();
+  slot.signature.store(slot.desc.signature ^ g.signature, std::memory_order_release);
+  const std::uint64_t base = me.phase;
+  const auto local = team.local_members();
+  const int count = static_cast<int>(local.size());
+  const int position = me.index - team.local_leader();
+  const std::int64_t size = op.shape().size();
+  Acc* const leader_out = [&] {
+    team.arrive_and_wait(me.index, local, base + 1);
+    team.check_agreement(me.index, local, base + 1);
+    return static_cast<Acc*>(team.slot(team.local_leader()).out);
+  }();
+  auto chunk = [&](int p) { return size * p / count; };
+  reduce_block<K == OpKind::pmean ? OpKind::psum : K, Acc, T>(
+      leader_out + chunk(position), chunk(position + 1) - chunk(position), count,
+      [&](int k) { return static_cast<const T*>(team.slot(local[static_cast<std::size_t>(k)]).in) + chunk(position); });
+  team.arrive_and_wait(me.index, local, base + 2);
+  if (me.index == team.local_leader()) {
+    constexpr mpi::ReduceOp mop = K == OpKind::pmax ? mpi::ReduceOp::max
+                                  : K == OpKind::pmin ? mpi::ReduceOp::min
+                                                      : mpi::ReduceOp::sum;
+    team.exchange_reduce(me.index, leader_out, static_cast<std::size_t>(size), mpi_dtype<Acc>(), mop);
+    if constexpr (K == OpKind::pmean) {
+      MutArrayMap<Acc> o(leader_out, static_cast<Eigen::Index>(size));
+      o /= static_cast<Acc>(g.members.size());
+    }
+  }
+  team.arrive_and_wait(me.index, local, base + 3);
+  team.raise_if_exchange_failed(me.index);
+  if (me.index != team.local_leader())
+    std::memcpy(result.data(), leader_out, static_cast<std::size_t>(size) * sizeof(Acc));
+  team.arrive_and_wait(me.index, local, base + 4);
+  me.phase = base + 4;
+  return result;
+}
+
 /// Below this many bytes per device, every member reduces everything (one pass, lowest
 /// latency); above it, member p reduces chunk p and the others copy it (bandwidth scales).
 inline constexpr std::int64_t kSplitReductionBytes = 64 * 1024;
@@ -152,7 +244,13 @@ auto reduce(Context& ctx, const X& x, const AxisNames& axes, const Groups& group
   const int n = static_cast<int>(g.members.size());
   auto result = make_result<Acc, R, L>(op.shape());
   const std::int64_t size = op.shape().size();
-  const bool split = n > 1 && size * static_cast<std::int64_t>(sizeof(Acc)) >= kSplitReductionBytes;
+  Team& team = *Access::member(ctx).team;
+  if constexpr (mpi_dtype<Acc>() != mpi::DType::none) {
+    if (team.distributed() && groups.empty() && n == team.size())
+      return finish_reduce<X>(distributed_reduce<K, Acc>(ctx, g, op, std::move(result), name));
+  }
+  const bool split = !team.distributed() && n > 1 &&
+                     size * static_cast<std::int64_t>(sizeof(Acc)) >= kSplitReductionBytes;
   Acc* out = result.data();
   rendezvous<T>(ctx, g, name, K, op.shape(), {static_cast<std::int64_t>(sizeof(Acc))},
                 split ? 3 : 2, op.data(), out, [&](auto& peer, auto& peer_out, auto& sync) {
@@ -170,10 +268,7 @@ auto reduce(Context& ctx, const X& x, const AxisNames& axes, const Groups& group
                       std::memcpy(out + chunk(p), static_cast<const Acc*>(peer_out(p)) + chunk(p),
                                   static_cast<std::size_t>(chunk(p + 1) - chunk(p)) * sizeof(Acc));
                 });
-  if constexpr (Operand<X>::is_scalar)
-    return Acc(result());
-  else
-    return result;
+  return finish_reduce<X>(std::move(result));
 }
 
 template <bool Max, class X>

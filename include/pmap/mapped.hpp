@@ -73,6 +73,15 @@ struct call_result<F, In> {
 std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string* axis_name,
                                   const Runtime& runtime);
 
+/// Multi-process: every process reports whether its arguments passed validation and what it
+/// passed; raises the same ValueError / TypeError on every process unless all agree.
+void agree_on_call(int error_kind, const std::string& error, std::int64_t n,
+                   const std::vector<LeafInfo>& leaves);
+
+/// Multi-process: after the local devices finished, learns every process's outcome and
+/// raises the local failure, or a DeviceError naming another process's failing device.
+void finish_distributed_call(const Team& team);
+
 /// Logs one dispatch at debug level.
 void log_dispatch(const std::string& name, int n, const Device* devices,
                   const std::vector<LeafInfo>& leaves, double microseconds);
@@ -151,14 +160,16 @@ class Mapped {
     if constexpr (sizeof...(Args) == 0) {
       detail::raise_no_arguments(options_.name);
     } else {
-      const int n = validate(args...);
+      auto* outer = static_cast<Context*>(detail::current_device);
+      if (outer && detail::Access::runtime(*outer) != runtime_) outer = nullptr;
+      const int processes = outer ? 1 : runtime_->process_count();
+      const int n = validate(processes, outer, args...);
       const bool logging = detail::log_enabled(spdlog::level::debug);
       const auto start = logging ? std::chrono::steady_clock::now()
                                  : std::chrono::steady_clock::time_point{};
 
-      // The team: cached for top-level calls, shared with the other outer devices if nested.
-      auto* outer = static_cast<Context*>(detail::current_device);
-      if (outer && detail::Access::runtime(*outer) != runtime_) outer = nullptr;
+      // The team: cached for top-level calls, shared with the other outer devices if nested,
+      // spanning every process's devices under MPI (this process runs [base, base + n)).
       std::shared_ptr<detail::Team> child;
       detail::Team* team = nullptr;
       int base = 0;
@@ -170,14 +181,20 @@ class Mapped {
         base = detail::Access::member(*outer).index * n;
         call.devices = runtime_->devices().data() + base;
       } else {
-        call.devices = options_.devices ? options_.devices->data() : runtime_->devices().data();
+        base = runtime_->process_index() * n;
+        call.devices = options_.devices ? options_.devices->data() : runtime_->devices().data() + base;
+        const int global = n * processes;
         team = cache_.take();
-        if (!team || team->size() != n) {
+        if (!team || team->size() != global) {
           delete team;
-          const detail::AxisBinding axis{options_.axis_name, n};
-          std::vector<int> ids(static_cast<std::size_t>(n));
-          for (int i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = call.id(i);
-          team = new detail::Team(n, std::span(&axis, 1), std::move(ids), runtime_->num_threads());
+          const detail::AxisBinding axis{options_.axis_name, global};
+          std::vector<int> ids(static_cast<std::size_t>(global));
+          for (int c = 0; c < global; ++c)
+            ids[static_cast<std::size_t>(c)] = c >= base && c < base + n
+                                                   ? call.id(c - base)
+                                                   : runtime_->devices()[static_cast<std::size_t>(c)].id;
+          team = new detail::Team(global, std::span(&axis, 1), std::move(ids),
+                                  runtime_->num_threads(), base, n);
         } else {
           team->reset();
         }
@@ -210,13 +227,16 @@ class Mapped {
             outputs.write(i, detail::invoke_kernel(kernel_, ctx, std::move(views)));
         } catch (const detail::Cancelled&) {
         } catch (...) {
-          team->fail(std::current_exception());
+          team->fail(std::current_exception(), index);
         }
         team->finish(index);
         detail::current_device = previous;
       });
       detail::current_device = caller_device;
-      if (std::exception_ptr error = team->error()) std::rethrow_exception(error);
+      if (processes > 1)
+        detail::finish_distributed_call(*team);
+      else if (std::exception_ptr error = team->error())
+        std::rethrow_exception(error);
       outputs.finish(options_.check_replicated);
       if (logging) log_call(n, call, start, args...);
       return outputs.take();
@@ -230,9 +250,33 @@ class Mapped {
         detail::arg_view(args, M::template spec<K>::get(in_), i, staging)...);
   }
 
-  /// SPEC 5, in JAX's order: E3, E4/E4b, E5, E6, E7/E8. Returns the axis size.
+  /// SPEC 5, in JAX's order: E3, E4/E4b, E5, E6, E7/E8. Returns the local axis size.
+  /// Under MPI every process learns every other's verdict first, so all raise the same error.
   template <class... Args>
-  int validate(const Args&... args) const {
+  int validate(int processes, Context* outer, const Args&... args) const {
+    if (processes == 1) {
+      const int n = survey(args...);
+      check_sizes(n, 1, outer);
+      return n;
+    }
+    int n = 0;
+    int kind = -1;
+    std::string error;
+    try {
+      n = survey(args...);
+    } catch (const ValueError& e) {
+      kind = 0, error = e.what();
+    } catch (const TypeError& e) {
+      kind = 1, error = e.what();
+    }
+    detail::agree_on_call(kind, error, n, kind < 0 ? leaves(args...) : std::vector<detail::LeafInfo>{});
+    check_sizes(n, processes, outer);
+    return n;
+  }
+
+  /// E3, E4/E4b, E5 on this process's arguments; returns the local axis size.
+  template <class... Args>
+  int survey(const Args&... args) const {
     using M = detail::mapping_t<In, Args...>;
     detail::Survey survey;
     [&]<std::size_t... K>(std::index_sequence<K...>) {
@@ -243,21 +287,21 @@ class Mapped {
     if constexpr (M::all_none) detail::raise_all_none(options_.name);
     if (survey.mapped_leaves == 0) detail::raise_no_mapped_leaf();
     if (survey.sizes_differ) detail::raise_inconsistent_sizes(options_.name, leaves(args...));
-    const std::int64_t n = survey.n;
-    if (options_.axis_size && *options_.axis_size != n)
-      detail::raise_axis_size_mismatch(*options_.axis_size, n, false);
-    auto* outer = static_cast<Context*>(detail::current_device);
-    const std::int64_t enclosing =
-        outer && detail::Access::runtime(*outer) == runtime_
-            ? detail::Access::member(*outer).team->size()
-            : 1;
+    return static_cast<int>(survey.n);
+  }
+
+  /// E6, E7/E8 for a local axis size n on `processes` processes.
+  void check_sizes(std::int64_t n, int processes, Context* outer) const {
+    const std::int64_t global = n * processes;
+    if (options_.axis_size && *options_.axis_size != global)
+      detail::raise_axis_size_mismatch(*options_.axis_size, global, processes > 1);
+    const std::int64_t enclosing = outer ? detail::Access::member(*outer).team->size() : 1;
     if (options_.devices) {
       if (static_cast<std::size_t>(n) != options_.devices->size())
         detail::raise_devices_mismatch(n, options_.devices->size());
-    } else if (n * enclosing > runtime_->device_count()) {
-      detail::raise_too_many_devices(n * enclosing, runtime_->device_count());
+    } else if (global * enclosing > runtime_->device_count()) {
+      detail::raise_too_many_devices(global * enclosing, runtime_->device_count());
     }
-    return static_cast<int>(n);
   }
 
   template <class... Args>

@@ -27,6 +27,9 @@ struct RuntimeConfig {
 namespace detail {
 class Pool;
 }
+namespace distributed {
+void initialize();
+}
 
 /// @brief A set of logical devices and the worker threads (one oneTBB arena) that run them.
 ///
@@ -66,6 +69,10 @@ class Runtime {
   detail::Pool& pool() const { return *pool_; }
 
  private:
+  friend void distributed::initialize();
+  /// Lays out the devices of every process (after distributed::initialize()).
+  void span_processes();
+
   std::vector<Device> devices_;
   int process_index_ = 0;
   int process_count_ = 1;

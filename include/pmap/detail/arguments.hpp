@@ -173,8 +173,9 @@ auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
   constexpr int L = Tr::layout;
   if constexpr (!std::is_same_v<S, int>) {
     return Eigen::TensorMap<const Eigen::Tensor<T, R, L>>(leaf.data(), leaf.dimensions());
+  } else if constexpr (R == 0) {
+    return Eigen::TensorMap<const Eigen::Tensor<T, 0, L>>(leaf.data());  // E3 before dispatch
   } else {
-    static_assert(R >= 1, "a rank-0 tensor cannot be mapped");
     const int d = std::clamp(spec < 0 ? spec + R : spec, 0, R - 1);  // validated before dispatch
     const auto& dims = leaf.dimensions();
     Eigen::DSizes<Eigen::DenseIndex, R - 1> vdims;

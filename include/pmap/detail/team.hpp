@@ -23,11 +23,19 @@
 #include <oneapi/tbb/task.h>
 
 #include "pmap/axes.hpp"
+#include "pmap/detail/distributed.hpp"
+#include "pmap/errors.hpp"
 #include "pmap/detail/pool.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 #include "pmap/runtime.hpp"
 
 namespace pmap::detail {
+
+/// A collective could not complete because another process failed or disagreed.
+class RemoteFailure : public DeviceError {
+ public:
+  using DeviceError::DeviceError;
+};
 
 /// Thrown inside a device whose call was cancelled by another device's failure.
 /// Deliberately not a std::exception, so that kernels catching std::exception let it pass.
@@ -72,9 +80,10 @@ struct alignas(64) Slot {
 class Team {
  public:
   /// @param size devices in the team; @param axes outer to inner, product == size;
-  /// @param device_ids global device id of each member.
+  /// @param device_ids global device id of each member; @param local_begin,local_count the
+  /// members this process runs (all of them unless the team spans processes).
   Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
-       int num_threads);
+       int num_threads, int local_begin = 0, int local_count = -1);
   Team(const Team&) = delete;
   Team& operator=(const Team&) = delete;
 
@@ -102,9 +111,23 @@ class Team {
   void finish(int me);
   /// Records the first failure and wakes every waiting device, which then throws Cancelled.
   /// Returns true if this was the first failure.
-  bool fail(std::exception_ptr error);
+  bool fail(std::exception_ptr error, int member = -1);
+  /// Global id of the device that failed first (-1 if none).
+  int error_device() const { return error_device_; }
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
   std::exception_ptr error() const { return error_; }
+
+  // ---- teams that span processes (MPI) --------------------------------------------------
+  bool distributed() const { return local_count_ != size_; }
+  std::span<const int> local_members() const { return local_members_; }
+  int local_leader() const { return local_begin_; }
+  /// Leader only: header round, then every member's input (`bytes` each) into gathered().
+  void exchange_gather(int me, std::size_t bytes);
+  /// Leader only: header round, then an in-place MPI allreduce of `data`.
+  void exchange_reduce(int me, void* data, std::size_t count, mpi::DType dtype, mpi::ReduceOp op);
+  /// After the exchange: every local member throws the leader's exchange failure, if any.
+  void raise_if_exchange_failed(int me) const;
+  const unsigned char* gathered() const { return gathered_.data(); }
 
   /// Nested pmap: the child team of the current nesting rendezvous (published by its leader).
   std::shared_ptr<Team> child;
@@ -126,6 +149,11 @@ class Team {
   std::vector<int> device_ids_;
   std::unique_ptr<Slot[]> slots_;
   bool may_spin_;
+  int local_begin_ = 0;
+  int local_count_ = 0;
+  std::vector<int> local_members_;
+  std::vector<unsigned char> send_, gathered_;  // written by the local leader only
+  std::string exchange_error_;
 
   tbb::spin_mutex lock_;
   int blocked_ = 0;                 // guarded by lock_
@@ -133,6 +161,7 @@ class Team {
   std::atomic<int> sleepers_{0};    // == blocked_, readable without the lock
   std::atomic<bool> cancelled_{false};
   std::exception_ptr error_;        // written once under lock_, read after the join
+  int error_device_ = -1;
 };
 
 /// A device's place in a team, and the per-device sequence of collectives.

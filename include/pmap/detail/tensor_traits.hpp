@@ -96,7 +96,8 @@ inline constexpr bool is_tensor_leaf_v = tensor_leaf<std::remove_cvref_t<T>>::va
 template <class T, bool Mapped>
 using leaf_view_t = Eigen::TensorMap<const Eigen::Tensor<
     typename tensor_leaf<std::remove_cvref_t<T>>::scalar,
-    tensor_leaf<std::remove_cvref_t<T>>::rank - (Mapped ? 1 : 0),
+    // A mapped rank-0 leaf is E3 at run time; its (never built) view keeps rank 0.
+    tensor_leaf<std::remove_cvref_t<T>>::rank - (Mapped && tensor_leaf<std::remove_cvref_t<T>>::rank > 0 ? 1 : 0),
     tensor_leaf<std::remove_cvref_t<T>>::layout>>;
 
 // ---- argument trees: tensors, and vector/array/tuple of trees ------------------------------

@@ -1,0 +1,34 @@
+/// @file distributed.hpp
+/// @brief Multi-process pmap over MPI (SPEC 7).
+///
+/// Launch the program with `mpirun -np P`; call initialize() first. Every process then owns
+/// `local_device_count()` devices, global ids run process after process, each process passes
+/// its local slice of the mapped axis, and collectives span all processes.
+///
+/// Example:
+/// @code
+///   int main() {
+///     pmap::distributed::initialize();
+///     auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return pmap::eval(x + ctx.psum(x)); });
+///     ...  // each process passes its [local_device_count(), ...] slice
+///     pmap::distributed::finalize();
+///   }
+/// @endcode
+///
+/// Thread safety: under MPI, run one mapped call at a time per process.
+#pragma once
+
+namespace pmap::distributed {
+
+/// @brief Initialises MPI (unless the program already did) and makes Runtime::global() and
+/// every Runtime created afterwards span all processes. Without MPI support (PMAP_WITH_MPI
+/// off) it leaves a single process. Calling it twice is harmless.
+void initialize();
+
+/// @brief Finalises MPI if initialize() initialised it; otherwise only detaches pmap.
+void finalize();
+
+/// @brief Whether initialize() was called (and finalize() not yet).
+bool is_initialized();
+
+}  // namespace pmap::distributed

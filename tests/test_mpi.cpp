@@ -1,0 +1,260 @@
+// Multi-process pmap (SPEC 7), run under `mpirun -np 2` and `-np 3` by ctest. Every process
+// runs every test; each compares its local part of a multi-process call with the same call
+// on a single-process runtime over the global device count.
+#include <gtest/gtest.h>
+
+#include <pmap/distributed.hpp>
+#include <pmap/pmap.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+using Vec = Eigen::Tensor<float, 1, Eigen::RowMajor>;
+using Mat = Eigen::Tensor<float, 2, Eigen::RowMajor>;
+constexpr int kLocal = 4;  // devices per process
+
+pmap::Runtime* single = nullptr;  // created before MPI: one process, every device
+pmap::Runtime* multi = nullptr;   // created after: kLocal devices on each process
+
+int rank() { return multi->process_index(); }
+int procs() { return multi->process_count(); }
+int global_n() { return kLocal * procs(); }
+
+Mat global_input(int cols) {
+  Mat x(global_n(), cols);
+  for (int i = 0; i < global_n(); ++i)
+    for (int j = 0; j < cols; ++j) x(i, j) = static_cast<float>((i * 7 + j * 3) % 11) - 4.f;
+  return x;
+}
+
+template <class T, int R>
+Eigen::Tensor<T, R, Eigen::RowMajor> local_rows(const Eigen::Tensor<T, R, Eigen::RowMajor>& x) {
+  Eigen::array<Eigen::Index, R> offsets{}, extents{};
+  for (int d = 0; d < R; ++d) extents[d] = x.dimension(d);
+  offsets[0] = rank() * kLocal;
+  extents[0] = kLocal;
+  return x.slice(offsets, extents);
+}
+
+template <class T, int R>
+void expect_equal(const Eigen::Tensor<T, R, Eigen::RowMajor>& a,
+                  const Eigen::Tensor<T, R, Eigen::RowMajor>& b) {
+  ASSERT_EQ(a.dimensions(), b.dimensions());
+  for (Eigen::Index k = 0; k < a.size(); ++k) EXPECT_NEAR(double(a.data()[k]), double(b.data()[k]), 1e-4) << k;
+}
+
+/// Runs `kernel` on every process's slice and on the single-process runtime over all rows.
+template <class Kernel>
+void compare(Kernel kernel, int cols = 6) {
+  const Mat x = global_input(cols);
+  auto on_multi = pmap::pmap(kernel, {.axis_name = "i", .runtime = multi});
+  auto on_single = pmap::pmap(kernel, {.axis_name = "i", .runtime = single});
+  const auto got = on_multi(local_rows(x));
+  const auto want = on_single(x);
+  expect_equal(got, local_rows(want));
+}
+
+TEST(Mpi, RuntimeSpansProcesses) {
+  EXPECT_EQ(multi->device_count(), global_n());
+  EXPECT_EQ(multi->local_device_count(), kLocal);
+  ASSERT_EQ(static_cast<int>(multi->local_devices().size()), kLocal);
+  EXPECT_EQ(multi->local_devices()[0].id, rank() * kLocal);
+  EXPECT_EQ(multi->local_devices()[0].process_index, rank());
+  EXPECT_EQ(multi->devices()[static_cast<std::size_t>(global_n() - 1)].process_index, procs() - 1);
+  EXPECT_EQ(pmap::process_count(), procs());
+}
+
+TEST(Mpi, JaxDocumentedExample) {
+  // JAX's multi-process example: x + psum(x) over every process's devices.
+  Vec x(kLocal);
+  for (int i = 0; i < kLocal; ++i) x(i) = static_cast<float>(rank() * kLocal + i);
+  auto f = pmap::pmap([](pmap::Context& ctx, auto v) { return pmap::eval(v + ctx.psum(v, "i")); },
+                      {.axis_name = "i", .runtime = multi});
+  const Vec y = f(x);
+  const float total = static_cast<float>(global_n() * (global_n() - 1) / 2);
+  for (int i = 0; i < kLocal; ++i) EXPECT_EQ(y(i), total + x(i));
+  if (procs() == 2) {
+    EXPECT_EQ(y(0), rank() == 0 ? 28.f : 32.f);
+    EXPECT_EQ(y(3), rank() == 0 ? 31.f : 35.f);
+  }
+}
+
+TEST(Mpi, AxisIndexAndDevices) {
+  compare([](pmap::Context& ctx, auto v) {
+    return pmap::eval(v * 0.f + static_cast<float>(ctx.axis_index("i") * 100 + ctx.device().id));
+  });
+}
+
+TEST(Mpi, Reductions) {
+  compare([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); });
+  compare([](pmap::Context& ctx, auto v) { return ctx.pmean(v, "i"); });
+  compare([](pmap::Context& ctx, auto v) { return ctx.pmax(v, "i"); });
+  compare([](pmap::Context& ctx, auto v) { return ctx.pmin(v, "i"); });
+  compare([](pmap::Context& ctx, auto v) { return pmap::eval(ctx.pargmax(v, "i").template cast<float>()); });
+  compare([](pmap::Context& ctx, auto v) { return pmap::eval(ctx.pargmin(v, "i").template cast<float>()); });
+  compare([](pmap::Context& ctx, auto v) { return pmap::eval(v * 0.f + ctx.psum(1.f, "i")); });
+}
+
+TEST(Mpi, ReductionsWithGroups) {
+  compare([](pmap::Context& ctx, auto v) {
+    pmap::Groups evens_odds(2);
+    for (int i = 0; i < ctx.axis_size("i"); ++i) evens_odds[static_cast<std::size_t>(i % 2)].push_back(i);
+    return pmap::eval(ctx.psum(v, "i", evens_odds) + ctx.pmean(v, "i", evens_odds));
+  });
+}
+
+TEST(Mpi, DataMovement) {
+  compare([](pmap::Context& ctx, auto v) {
+    auto g = ctx.all_gather(v, "i");
+    return pmap::eval(g.sum(Eigen::array<int, 1>{0}) + g.chip(1, 0));
+  });
+  compare([](pmap::Context& ctx, auto v) { return ctx.all_gather(v, "i", 0, pmap::tiled); });
+  compare([](pmap::Context& ctx, auto v) { return ctx.psum_scatter(v, "i", 0, pmap::tiled); },
+          global_n() * 2);
+  compare([](pmap::Context& ctx, auto v) { return ctx.all_to_all(v, "i", 0, 0, pmap::tiled); },
+          global_n() * 3);
+  compare([](pmap::Context& ctx, auto v) {
+    std::vector<std::pair<int, int>> ring;
+    const int n = ctx.axis_size("i");
+    for (int i = 0; i < n; ++i) ring.emplace_back(i, (i + 1) % n);
+    return ctx.ppermute(v, "i", ring);
+  });
+  compare([](pmap::Context& ctx, auto v) {
+    std::vector<int> reversed;
+    for (int i = ctx.axis_size("i") - 1; i >= 0; --i) reversed.push_back(i);
+    return ctx.pshuffle(v, "i", reversed);
+  });
+  compare([](pmap::Context& ctx, auto v) { return ctx.pbroadcast(v, "i", ctx.axis_size("i") - 1); });
+}
+
+TEST(Mpi, AxisSizeIsGlobal) {
+  Vec x(kLocal);
+  x.setZero();
+  auto ok = pmap::pmap([](auto v) { return v; }, {.axis_size = global_n(), .runtime = multi});
+  EXPECT_NO_THROW(ok(x));
+  auto bad = pmap::pmap([](auto v) { return v; }, {.axis_size = kLocal, .runtime = multi});
+  try {
+    bad(x);
+    ADD_FAILURE() << "no error";
+  } catch (const pmap::ValueError& e) {
+    EXPECT_EQ(std::string(e.what()), "Specified axis_size " + std::to_string(kLocal) +
+                                         " doesn't match global axis_size " +
+                                         std::to_string(global_n()) + ".");
+  }
+}
+
+TEST(Mpi, ProcessesThatDisagreeAllGetTheSameError) {
+  auto f = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
+                      {.axis_name = "i", .runtime = multi});
+  Vec x(rank() == 1 ? kLocal - 1 : kLocal);  // process 1 passes a different local size
+  x.setZero();
+  try {
+    f(x);
+    ADD_FAILURE() << "no error";
+  } catch (const pmap::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("different arguments on different processes"),
+              std::string::npos)
+        << e.what();
+  }
+  // A validation error on one process only reaches every process, with that process's text.
+  Eigen::Tensor<float, 0, Eigen::RowMajor> scalar;
+  scalar() = 1.f;
+  auto g = pmap::pmap([](auto v) { return v; }, {.runtime = multi});
+  try {
+    if (rank() == 1) {
+      g(scalar);
+    } else {
+      Vec v(kLocal);
+      v.setZero();
+      g(v);
+    }
+    ADD_FAILURE() << "no error";
+  } catch (const pmap::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("requested to map its argument along axis 0"),
+              std::string::npos)
+        << e.what();
+  }
+  Vec y(kLocal);
+  y.setConstant(1.f);
+  EXPECT_EQ(f(y)(0), static_cast<float>(global_n()));  // the runtime serves the next call
+}
+
+TEST(Mpi, KernelThatThrowsOnOneProcessFailsEverywhere) {
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        if (ctx.device().id == kLocal + 1) throw std::out_of_range("boom on device 5");
+        return ctx.psum(v, "i");  // the others wait here for the device that threw
+      },
+      {.axis_name = "i", .runtime = multi});
+  Vec x(kLocal);
+  x.setConstant(1.f);
+  try {
+    f(x);
+    ADD_FAILURE() << "no error";
+  } catch (const std::out_of_range& e) {
+    EXPECT_EQ(rank(), 1);
+    EXPECT_STREQ(e.what(), "boom on device 5");
+  } catch (const pmap::DeviceError& e) {
+    EXPECT_NE(rank(), 1);
+    EXPECT_EQ(e.device_id(), kLocal + 1);
+    EXPECT_NE(std::string(e.what()).find("process 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("boom on device 5"), std::string::npos) << e.what();
+  }
+  auto g = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
+                      {.axis_name = "i", .runtime = multi});
+  EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
+}
+
+TEST(Mpi, ProcessesCallingDifferentCollectivesFail) {
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        if (ctx.device().process_index == 0) return ctx.psum(v, "i");
+        return ctx.pmax(v, "i");
+      },
+      {.axis_name = "i", .runtime = multi});
+  Vec x(kLocal);
+  x.setConstant(1.f);
+  EXPECT_THROW(f(x), pmap::DeviceError);
+  auto skip = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        if (ctx.device().process_index == 0) return pmap::eval(v * 1.f);
+        return ctx.psum(v, "i");  // process 0 never joins
+      },
+      {.axis_name = "i", .runtime = multi});
+  EXPECT_THROW(skip(x), pmap::DeviceError);
+  auto g = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
+                      {.axis_name = "i", .runtime = multi});
+  EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
+}
+
+/// The other processes report only their failures, tagged with the process.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (result.failed())
+      std::fprintf(stderr, "[process %d] %s:%d: %s\n", rank(), result.file_name(),
+                   result.line_number(), result.summary());
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  single = new pmap::Runtime({.num_devices = 16, .num_threads = 2});
+  pmap::distributed::initialize();
+  multi = new pmap::Runtime({.num_devices = kLocal, .num_threads = 2});
+  if (rank() != 0) {  // one report, from process 0; every process still runs every test
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter);
+  }
+  const int failed = RUN_ALL_TESTS();
+  delete multi;
+  delete single;
+  pmap::distributed::finalize();
+  return failed;
+}
