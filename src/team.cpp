@@ -105,7 +105,6 @@ void Team::reset() {
     s.signature.store(0, std::memory_order_relaxed);
   }
   blocked_ = 0;
-  finished_.store(0, std::memory_order_relaxed);
   sleepers_.store(0, std::memory_order_relaxed);
   cancelled_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
@@ -167,7 +166,7 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
       undo();
       return;
     }
-    if (blocked_ + finished_.load(std::memory_order_seq_cst) == local_count_) {
+    if (blocked_ + count_finished() == local_count_) {
       // Nobody is left running who could release us: report instead of hanging.
       std::string what = describe_deadlock();
       undo();
@@ -214,9 +213,16 @@ void Team::wake_all_locked() {
   for (int m = 0; m < size_; ++m) resume_locked(slot(m));
 }
 
+int Team::count_finished() const {
+  // Counted here, on the slow path, so that finishing costs no shared read-modify-write.
+  int finished = 0;
+  for (int m : local_members_)
+    finished += slot(m).finished.load(std::memory_order_seq_cst) ? 1 : 0;
+  return finished;
+}
+
 void Team::finish(int me) {
   slot(me).finished.store(true, std::memory_order_seq_cst);
-  finished_.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     tbb::spin_mutex::scoped_lock guard(lock_);
     wake_all_locked();

@@ -137,6 +137,7 @@ class Team {
   void wake(std::span<const int> members);
   void wake_all_locked();
   void resume_locked(Slot& s);
+  int count_finished() const;
   void suspend_until(int me, std::span<const int> members, std::uint64_t target);
   [[noreturn]] void raise_stuck(int me, std::span<const int> members, std::uint64_t target,
                                 int returned) const;
@@ -157,7 +158,6 @@ class Team {
 
   tbb::spin_mutex lock_;
   int blocked_ = 0;                 // guarded by lock_
-  std::atomic<int> finished_{0};
   std::atomic<int> sleepers_{0};    // == blocked_, readable without the lock
   std::atomic<bool> cancelled_{false};
   std::exception_ptr error_;        // written once under lock_, read after the join
