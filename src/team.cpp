@@ -142,7 +142,9 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
 void Team::suspend_until(int me, std::span<const int> members, std::uint64_t target) {
   Slot& mine = slot(me);
   void* const device = current_device;
+  Run* const run = current_run;
   for (;;) {
+    if (run) run->on_block();  // unclaimed devices of this call get a worker meanwhile
     lock_.lock();
     ++blocked_;
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -182,10 +184,12 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
     tbb::task::suspend([this, &mine](tbb::task::suspend_point sp) {
       mine.resume_point = sp;
       current_device = nullptr;  // this thread now runs a fresh dispatch loop
+      current_run = nullptr;
       lock_.unlock();
     });
 #endif
     current_device = device;
+    current_run = run;
     mine.waiting = false;
     if (cancelled()) throw Cancelled{};
   }

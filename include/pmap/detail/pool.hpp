@@ -2,14 +2,14 @@
 /// @brief Where devices are scheduled: one oneTBB arena per Runtime, one task per device.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include <oneapi/tbb/blocked_range.h>
 #include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/parallel_for.h>
-#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_group.h>
 #include <oneapi/tbb/task_arena.h>
 
 /// PMAP_DEVICE_THREADS: every device on its own std::thread, waits block the thread.
@@ -24,15 +24,29 @@
 
 namespace pmap::detail {
 
-/// The worker threads of a Runtime. Every device is its own task (simple partitioner,
-/// grain 1), so a device that suspends in a collective never holds a sibling hostage.
+/// The devices of one call. Each worker runs a block of them, so a dispatch costs one task
+/// per thread (like a static parallel_for); a device about to suspend in a collective calls
+/// on_block(), which adds a worker that claims the devices nobody has started yet, so that
+/// no device ever waits for a peer stuck behind it in a blocked worker's block.
+class Run {
+ public:
+  virtual void on_block() = 0;
+
+ protected:
+  ~Run() = default;
+};
+
+/// The call whose device the current fiber runs (kept like current_device).
+inline thread_local Run* current_run = nullptr;
+
+/// The worker threads of a Runtime: one oneTBB task_arena, created once.
 class Pool {
  public:
   explicit Pool(int threads);
   int threads() const { return threads_; }
 
-  /// Runs body(i) for i in [0, n), each as a separate task, and waits for all of them.
-  /// The calling thread takes part. Safe to call from inside a device (nesting).
+  /// Runs body(i) for i in [0, n) and waits for all of them. The calling thread takes
+  /// part. Safe to call from inside a device (nesting).
   template <class Body>
   void run(int n, const Body& body) {
 #if PMAP_DEVICE_THREADS
@@ -40,19 +54,57 @@ class Pool {
     threads.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) threads.emplace_back([&body, i] { body(i); });
     for (auto& t : threads) t.join();
-    return;
-#endif
+#else
+    Claims<Body> claims(n, body);
     arena_.execute([&] {
-      tbb::parallel_for(
-          tbb::blocked_range<int>(0, n, 1),
-          [&](const tbb::blocked_range<int>& r) {
-            for (int i = r.begin(); i != r.end(); ++i) body(i);
-          },
-          tbb::simple_partitioner{});
+      tbb::task_group group;
+      claims.group = &group;
+      // Worker w starts on its own block of devices, like a static parallel_for.
+      const int workers = std::min(n, threads_);
+      for (int w = 1; w < workers; ++w)
+        group.run([&claims, w, workers] { claims.loop(claims.n * w / workers, claims.n * (w + 1) / workers); });
+      claims.loop(0, n / workers);
+      group.wait();
     });
+#endif
   }
 
  private:
+  template <class Body>
+  struct Claims final : Run {
+    Claims(int count, const Body& b)
+        : n(count), body(b), heap(count > kInline ? new std::atomic<bool>[count] : nullptr) {
+      for (int i = 0; i < n; ++i) claimed(i).store(false, std::memory_order_relaxed);
+    }
+    std::atomic<bool>& claimed(int i) { return heap ? heap[i] : inline_flags[i]; }
+    /// Runs every device of [begin, end) that nobody has claimed yet.
+    void loop(int begin, int end) {
+      Run* const previous = current_run;
+      for (int i = begin; i < end; ++i) {
+        if (claimed(i).load(std::memory_order_relaxed) ||
+            claimed(i).exchange(true, std::memory_order_relaxed))
+          continue;
+        current_run = this;
+        body(i);
+      }
+      current_run = previous;
+    }
+    void on_block() override {
+      if (!all_claimed.load(std::memory_order_relaxed))
+        group->run([this] {
+          loop(0, n);
+          all_claimed.store(true, std::memory_order_relaxed);
+        });
+    }
+    static constexpr int kInline = 64;
+    const int n;
+    const Body& body;
+    tbb::task_group* group = nullptr;
+    std::atomic<bool> all_claimed{false};
+    std::atomic<bool> inline_flags[kInline];
+    std::unique_ptr<std::atomic<bool>[]> heap;
+  };
+
   int threads_;
   std::unique_ptr<tbb::global_control> parallelism_;
   tbb::task_arena arena_;

@@ -156,10 +156,11 @@ class Team {
   std::vector<unsigned char> send_, gathered_;  // written by the local leader only
   std::string exchange_error_;
 
-  tbb::spin_mutex lock_;
-  int blocked_ = 0;                 // guarded by lock_
-  std::atomic<int> sleepers_{0};    // == blocked_, readable without the lock
+  // Read by every device on its way out: apart from the lock's cache line.
+  alignas(64) std::atomic<int> sleepers_{0};  // == blocked_, readable without the lock
   std::atomic<bool> cancelled_{false};
+  alignas(64) tbb::spin_mutex lock_;
+  int blocked_ = 0;                 // guarded by lock_
   std::exception_ptr error_;        // written once under lock_, read after the join
   int error_device_ = -1;
 };
