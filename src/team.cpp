@@ -12,7 +12,7 @@ namespace pmap::detail {
 namespace {
 
 // Spinning helps only while every device can hold a thread; a few microseconds at most.
-constexpr int kSpinIterations = 1000;
+constexpr int kSpinIterations = 256;  // a few microseconds of PAUSE
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

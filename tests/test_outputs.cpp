@@ -414,6 +414,10 @@ TEST_P(Outputs, IntoTensorMap) {
   f.into(out, x);
   Tensor<double, 2, RowMajor> expected = x + 0.5;
   EXPECT_TRUE(tensors_equal(out, expected));
+  // A temporary TensorMap works as well.
+  std::fill(buffer.begin(), buffer.end(), -1.0);
+  f.into(Eigen::TensorMap<Tensor<double, 2, RowMajor>>(buffer.data(), n(), 3), x);
+  EXPECT_TRUE(tensors_equal(out, expected));
 }
 
 TEST_P(Outputs, IntoTupleOfReferences) {
@@ -481,6 +485,20 @@ TEST_P(Outputs, IntoWrongMappedAxisNamesTheFullExpectedShape) {
   EXPECT_NE(msg.find("(" + std::to_string(n() + 1) + ", 3)"), std::string::npos) << msg;
 }
 
+TEST_P(Outputs, IntoWrongShapeMessageListsExpectedThenActual) {
+  // SPEC 2.2: the ValueError names the output, the expected shape (what the call returns)
+  // and the actual shape (the given `out`), in that order.
+  auto x = make<Tensor<float, 2, RowMajor>>(1, n(), 3);
+  auto f = pmap::pmap([](auto v) { return v * 2.f; }, opts());
+  Tensor<float, 2, RowMajor> wide(n(), 4);
+  const std::string msg = catch_message<pmap::ValueError>([&] { f.into(wide, x); });
+  const auto expected_at = msg.find("(" + std::to_string(n()) + ", 3)");
+  const auto actual_at = msg.find("(" + std::to_string(n()) + ", 4)");
+  ASSERT_NE(expected_at, std::string::npos) << msg;
+  ASSERT_NE(actual_at, std::string::npos) << msg;
+  EXPECT_LT(expected_at, actual_at) << msg;
+}
+
 TEST_P(Outputs, IntoWrongShapeInTupleWritesNothing) {
   auto x = make<Tensor<float, 2, RowMajor>>(1, n(), 3);
   std::atomic<int> runs{0};
@@ -501,6 +519,46 @@ TEST_P(Outputs, IntoWrongShapeInTupleWritesNothing) {
   EXPECT_TRUE(all_equal_to(b, -7.f));
   // Both shapes are known before any kernel runs.
   EXPECT_EQ(runs.load(), 0);
+}
+
+TEST_P(Outputs, IntoWhereDevicesDisagreeIsE12) {
+  // Every device writes its place as soon as it returns (no barrier before writing), so when
+  // the devices disagree among themselves the call fails with E12 like a plain call; only a
+  // shape that every device disagrees with is caught before anything is written (above).
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  auto x = make<Tensor<float, 1, RowMajor>>(1, n());
+  const int last = n() - 1;
+  auto f = pmap::pmap(
+      [last](pmap::Context& ctx, auto v) {
+        Tensor<float, 1, RowMajor> t(ctx.axis_index() == last ? 5 : 2);
+        t.setConstant(v());
+        return t;
+      },
+      opts());
+  Tensor<float, 2, RowMajor> out(n(), 2);
+  fill(out, -7.f);
+  try {
+    f.into(out, x);
+    ADD_FAILURE() << "no error";
+  } catch (const pmap::DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("(5,)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(2,)"), std::string::npos) << e.what();
+  } catch (const pmap::ValueError& e) {
+    // The odd device finished first: `out` disagrees with it, and nothing was written.
+    EXPECT_NE(std::string(e.what()).find("(" + std::to_string(n()) + ", 5)"), std::string::npos)
+        << e.what();
+    EXPECT_TRUE(all_equal_to(out, -7.f));
+  }
+}
+
+TEST_P(Outputs, IntoColMajorWithOutAxis) {
+  auto x = make<Tensor<float, 2, ColMajor>>(1, 3, n());
+  auto f = pmap::pmap([](auto v) { return v * 2.f; }, pmap::in_axes(1), pmap::out_axes(-1), opts());
+  Tensor<float, 2, ColMajor> out(3, n());
+  fill(out, -1.f);
+  f.into(out, x);
+  Tensor<float, 2, ColMajor> expected = x * 2.f;
+  EXPECT_TRUE(tensors_equal(out, expected));
 }
 
 // ---- E9: the out_axes count is part of the type ------------------------------------------

@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -39,6 +40,10 @@ struct RtConfig {
   int devices;
   int threads;
 };
+
+inline void PrintTo(const RtConfig& c, std::ostream* os) {
+  *os << "{devices=" << c.devices << ", threads=" << c.threads << "}";
+}
 
 inline std::vector<RtConfig> runtime_configs() {
   return {{1, 1}, {2, 1}, {2, 2}, {8, 1}, {8, 2}};

@@ -409,6 +409,20 @@ TEST_P(Validation, E13NamesOutputAndFirstDifferingDevice) {
   EXPECT_EQ(b(2), 0.f);
 }
 
+TEST_P(Validation, E13WithIntoWritesNothing) {
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  F1 x = make<F1>(0, n());
+  auto f = pmap::pmap([](pmap::Context& ctx, auto) { return static_cast<float>(ctx.axis_index() == 1); },
+                      pmap::out_axes(pmap::none), opts());
+  Tensor<float, 0, RowMajor> out;
+  out() = -5.f;
+  expect_validation_error<pmap::ValueError>(
+      [&] { f.into(out, x); },
+      "pmap out_axes=None requires output 0 to be equal on every device, but device 1 differs "
+      "from device 0");
+  EXPECT_EQ(out(), -5.f);
+}
+
 // ---- into(): nothing is written when validation fails --------------------------------------
 
 TEST_P(Validation, FailedValidationWritesNothingIntoOut) {

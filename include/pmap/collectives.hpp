@@ -13,6 +13,7 @@
 
 #include "pmap/context.hpp"
 #include "pmap/detail/errors.hpp"
+#include "pmap/detail/memory.hpp"
 #include "pmap/detail/outputs.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 
@@ -62,7 +63,9 @@ class Operand {
 /// An output tensor of scalar U, rank R and layout L with the given shape.
 template <class U, int R, int L>
 Eigen::Tensor<U, R, L> make_result(const Shape& s) {
-  return Eigen::Tensor<U, R, L>(dsizes<U, R, L>(s));
+  Eigen::Tensor<U, R, L> result(dsizes<U, R, L>(s));
+  prepare_result(result.data(), static_cast<std::size_t>(s.size()) * sizeof(U));
+  return result;
 }
 
 enum class OpKind : std::uint64_t {
@@ -231,7 +234,10 @@ Result distributed_reduce(Context& ctx, const GroupInfo& g, const Operand<X>& op
 
 /// Below this many bytes per device, every member reduces everything (one pass, lowest
 /// latency); above it, member p reduces chunk p and the others copy it (bandwidth scales).
+/// When devices outnumber threads the n^2 work of the first form runs on few threads, so
+/// the split starts much earlier.
 inline constexpr std::int64_t kSplitReductionBytes = 64 * 1024;
+inline constexpr std::int64_t kSplitReductionBytesOversubscribed = 4 * 1024;
 
 template <OpKind K, class Acc, class X>
 auto reduce(Context& ctx, const X& x, const AxisNames& axes, const Groups& groups,
@@ -249,8 +255,10 @@ auto reduce(Context& ctx, const X& x, const AxisNames& axes, const Groups& group
     if (team.distributed() && groups.empty() && n == team.size())
       return finish_reduce<X>(distributed_reduce<K, Acc>(ctx, g, op, std::move(result), name));
   }
+  const std::int64_t bytes = size * static_cast<std::int64_t>(sizeof(Acc));
   const bool split = !team.distributed() && n > 1 &&
-                     size * static_cast<std::int64_t>(sizeof(Acc)) >= kSplitReductionBytes;
+                     bytes >= (team.oversubscribed() ? kSplitReductionBytesOversubscribed
+                                                     : kSplitReductionBytes);
   Acc* out = result.data();
   rendezvous<T>(ctx, g, name, K, op.shape(), {static_cast<std::int64_t>(sizeof(Acc))},
                 split ? 3 : 2, op.data(), out, [&](auto& peer, auto& peer_out, auto& sync) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -14,6 +15,7 @@
 
 #include "pmap/axes.hpp"
 #include "pmap/detail/errors.hpp"
+#include "pmap/detail/memory.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 #include "pmap/runtime.hpp"
 
@@ -115,6 +117,13 @@ class Once {
   std::atomic<int> state_{0};
 };
 
+/// "float32", or "float32 (ColMajor)" for a column-major tensor: into() names the layout
+/// too, since a result of the wrong layout has the right shape and scalar type.
+template <class T>
+std::string layout_tagged_dtype(int layout) {
+  return std::string(dtype_name<T>()) + (layout == Eigen::ColMajor ? " (ColMajor)" : "");
+}
+
 template <class T, int R, int L>
 Eigen::DSizes<Eigen::DenseIndex, R> dsizes(const Shape& s) {
   Eigen::DSizes<Eigen::DenseIndex, R> d;
@@ -164,42 +173,44 @@ class Sink<O, int> {
     axis_ = axis < 0 ? axis + R + 1 : axis;
   }
 
-  /// Writes into a caller-owned result instead of allocating one.
+  /// Writes into a caller-owned result instead of allocating one. Its shape is checked
+  /// against what the call returns: here when that is known in advance (scalar outputs),
+  /// else by the first device to finish, before anything is written.
   template <class Target>
   void bind(Target& target) {
     using TT = tensor_leaf<std::remove_cvref_t<Target>>;
-    const Shape shape = shape_of_dims(target.dimensions(), TT::rank);
-    if constexpr (!std::is_same_v<typename TT::scalar, T> || TT::rank != R + 1 || TT::layout != L) {
-      raise_into_mismatch(index_, dtype_name<T>(), expected_shape(), dtype_name<typename TT::scalar>(),
-                          shape);
-    } else {
-      if (shape.dims[static_cast<std::size_t>(axis_)] != call_.n)
-        raise_into_mismatch(index_, dtype_name<T>(), expected_shape(), dtype_name<T>(), shape);
+    target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
+    target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
+    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R + 1 && TT::layout == L)
       data_ = target.data();
-      full_ = shape;
-      shape_ = remove_axis(shape, axis_);
-      bound_ = true;
-      once_.reset(true);
-    }
+    bound_ = true;
+    if constexpr (R == 0) check_target(Shape{});
   }
 
   template <class V>
   void write(int i, const V& value) {
     const Shape s = output_shape(value);
     if (once_.claim()) {
-      full_ = insert_axis(s, axis_, call_.n);
-      result_ = Result(dsizes<T, R + 1, L>(full_));
-      data_ = result_.data();
       shape_ = s;
       owner_ = i;
+      full_ = insert_axis(s, axis_, call_.n);
+      if (bound_) {
+        try {
+          check_target(s);
+        } catch (...) {
+          target_rejected_ = true;
+          once_.publish();
+          throw;
+        }
+      } else {
+        result_ = Result(dsizes<T, R + 1, L>(full_));
+        data_ = result_.data();
+        prepare_result(data_, static_cast<std::size_t>(full_.size()) * sizeof(T));
+      }
       once_.publish();
     }
-    if (!(s == shape_)) {
-      if (bound_)
-        raise_into_mismatch(index_, dtype_name<T>(), full_, dtype_name<T>(),
-                            insert_axis(s, axis_, call_.n));
-      raise_output_shapes_differ(index_, call_.id(owner_), shape_, call_.id(i), s);
-    }
+    if (target_rejected_) check_target(s);  // every device fails like the first one
+    if (!(s == shape_)) raise_output_shapes_differ(index_, call_.id(owner_), shape_, call_.id(i), s);
     if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
       data_[i] = value;
     } else {
@@ -228,13 +239,13 @@ class Sink<O, int> {
     return dsizes<T, R + 1, L>(insert_axis(shape_, axis_, 1));
   }
 
-  Shape expected_shape() const {
-    Shape s;
-    s.rank = R + 1;
-    s.dims[static_cast<std::size_t>(axis_)] = call_.n;
-    for (int a = 0; a < R + 1; ++a)
-      if (a != axis_) s.dims[static_cast<std::size_t>(a)] = -1;
-    return s;
+  /// The caller-owned result must have the shape, scalar type and layout the call returns
+  /// for a device output of shape s.
+  void check_target(const Shape& s) const {
+    const Shape expected = insert_axis(s, axis_, call_.n);
+    if (!data_ || !(expected == target_shape_))
+      raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), expected, target_dtype_.c_str(),
+                          target_shape_);
   }
 
   const CallInfo& call_;
@@ -246,6 +257,9 @@ class Sink<O, int> {
   Shape full_, shape_;
   int owner_ = 0;
   bool bound_ = false;
+  bool target_rejected_ = false;
+  Shape target_shape_;
+  std::string target_dtype_;
 };
 
 /// A replicated output (out_axes none): device 0's value, checked against the others.
@@ -262,18 +276,15 @@ class Sink<O, none_t> {
   Sink(const CallInfo& call, none_t, int index)
       : call_(call), index_(index), values_(static_cast<std::size_t>(call.n)) {}
 
+  /// The caller-owned result is checked and written once every device returned.
   template <class Target>
   void bind(Target& target) {
     using TT = tensor_leaf<std::remove_cvref_t<Target>>;
-    const Shape shape = shape_of_dims(target.dimensions(), TT::rank);
-    if constexpr (!std::is_same_v<typename TT::scalar, T> || TT::rank != R || TT::layout != L) {
-      Shape expected;
-      expected.rank = R;
-      raise_into_mismatch(index_, dtype_name<T>(), expected, dtype_name<typename TT::scalar>(), shape);
-    } else {
+    target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
+    target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
+    bound_ = true;
+    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R && TT::layout == L)
       target_ = target.data();
-      target_shape_ = shape;
-    }
   }
 
   template <class V>
@@ -302,9 +313,10 @@ class Sink<O, none_t> {
         for (std::int64_t k = 0; k < s0.size(); ++k)
           if (!(a[k] == b[k]) && !(a[k] != a[k] && b[k] != b[k])) raise_not_replicated(index_, i);
       }
-    if (target_) {
-      if (!(target_shape_ == s0))
-        raise_into_mismatch(index_, dtype_name<T>(), s0, dtype_name<T>(), target_shape_);
+    if (bound_) {
+      if (!target_ || !(target_shape_ == s0))
+        raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), s0, target_dtype_.c_str(),
+                            target_shape_);
       std::copy(first.data(), first.data() + s0.size(), target_);
     }
   }
@@ -315,7 +327,9 @@ class Sink<O, none_t> {
   int index_;
   std::vector<Result> values_;
   T* target_ = nullptr;
+  bool bound_ = false;
   Shape target_shape_;
+  std::string target_dtype_;
 };
 
 // ---- all outputs of one call ------------------------------------------------------------
