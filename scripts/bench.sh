@@ -21,7 +21,11 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${jobs}}"
 
 bench_dir=build/release/bench
 if [[ -x "${bench_dir}/pmap-bench" ]]; then
-  exec "${bench_dir}/pmap-bench" "$@"
+  # The table on stdout, the JSON and its chart under build/.
+  "${bench_dir}/pmap-bench" --json build/report.json "$@"
+  /usr/bin/python3 bench/plot_report.py build/report.json build/report.png
+  echo "pmap: chart in build/report.png, JSON in build/report.json"
+  exit 0
 fi
 
 ran=0
