@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <complex>
 #include <cstdint>
 #include <exception>
@@ -104,11 +106,25 @@ T value_at(Index k, int seed) {
   }
 }
 
+/// Sets storage position k of t to value_at(k, seed).
+template <class TensorT>
+void fill_values(TensorT& t, int seed) {
+  for (Index k = 0; k < t.size(); ++k) t.data()[k] = value_at<typename TensorT::Scalar>(k, seed);
+}
+
 /// A tensor of the given dimensions holding value_at(k, seed) at storage position k.
 template <class TensorT, class... D>
 TensorT make(int seed, D... dims) {
   TensorT t(static_cast<Index>(dims)...);
-  for (Index k = 0; k < t.size(); ++k) t.data()[k] = value_at<typename TensorT::Scalar>(k, seed);
+  fill_values(t, seed);
+  return t;
+}
+
+/// make() with the dimensions given as an array (for shapes computed at run time).
+template <class TensorT, std::size_t R>
+TensorT make_dims(int seed, const std::array<Index, R>& dims) {
+  TensorT t(dims);
+  fill_values(t, seed);
   return t;
 }
 
@@ -174,9 +190,29 @@ std::string value_string(const T& v) {
   return s.str();
 }
 
-/// Same rank, scalar, dimensions and elements (compared by index, so layouts may differ).
+/// How tensors_equal compares elements.
+enum class Compare {
+  exact,  ///< operator==
+  near,   ///< floating point within a relative 1e-5 (float) / 1e-12 (double); others exact
+};
+
+/// Whether element a matches expected element b under `how`.
+template <class T>
+bool elements_match(const T& a, const T& b, [[maybe_unused]] Compare how) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (how == Compare::near) {
+      const T tol = std::is_same_v<T, float> ? T(1e-5) : T(1e-12);
+      return std::abs(a - b) <= tol * std::max(T(1), std::abs(b));
+    }
+  }
+  return a == b;
+}
+
+/// Same rank, scalar, dimensions and elements (compared by index, so layouts may differ);
+/// elements compared exactly unless `how` says otherwise.
 template <class A, class B>
-testing::AssertionResult tensors_equal(const A& actual, const B& expected) {
+testing::AssertionResult tensors_equal(const A& actual, const B& expected,
+                                       Compare how = Compare::exact) {
   using TA = std::remove_cvref_t<typename A::Scalar>;
   using TB = std::remove_cvref_t<typename B::Scalar>;
   constexpr int RA = A::NumDimensions;
@@ -215,7 +251,7 @@ testing::AssertionResult tensors_equal(const A& actual, const B& expected) {
         a = actual(at);
         b = expected(at);
       }
-      if (!(a == b)) {
+      if (!elements_match(a, b, how)) {
         return testing::AssertionFailure()
                << "element " << dims_string(idx, R) << ": " << value_string(a) << " != expected "
                << value_string(b);
@@ -223,6 +259,13 @@ testing::AssertionResult tensors_equal(const A& actual, const B& expected) {
     }
     return testing::AssertionSuccess();
   }
+}
+
+/// tensors_equal with floating point elements within a relative 1e-5 (float) / 1e-12
+/// (double): for results whose reduction order may differ from the serial reference's.
+template <class A, class B>
+testing::AssertionResult tensors_near(const A& actual, const B& expected) {
+  return tensors_equal(actual, expected, Compare::near);
 }
 
 /// Whether [p, p + len) lies inside [base, base + size).
