@@ -169,10 +169,19 @@ inline void omp_triad(float* c, const float* a, const float* b, std::size_t size
   }
 }
 
-/// @brief Fills `size` floats with `value` in parallel (first touch by the OpenMP threads).
+/// @brief Fills `size` floats with `value` on `threads` oneTBB threads (first touch in
+/// parallel). Not OpenMP: libgomp workers spin for milliseconds after a region, which
+/// would steal a core from the pmap benchmark that follows its setup.
 inline void parallel_fill(float* data, std::size_t size, float value, int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (std::size_t i = 0; i < size; ++i) data[i] = value;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<std::size_t>(0, size),
+        [&](const tbb::blocked_range<std::size_t>& r) {
+          std::fill(data + r.begin(), data + r.end(), value);
+        },
+        tbb::static_partitioner{});
+  });
 }
 
 #if defined(EIGEN_USE_THREADS)
@@ -273,7 +282,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
         const double tc = groups_[key][c].seconds();
         for (const std::string& b : baselines) {
           char buf[64];
-          std::snprintf(buf, sizeof buf, " %.2fx %s", tc / groups_[key][b].seconds(), b.c_str());
+          std::snprintf(buf, sizeof buf, " %.3gx %s", tc / groups_[key][b].seconds(), b.c_str());
           out << buf;
         }
         out << "\n";

@@ -1,0 +1,119 @@
+/// @file more_baselines.hpp
+/// @brief The baselines pmap-bench needs beyond bench/baselines.hpp: a hand-written
+/// 2-barrier psum, copies looped inside one parallel region, and a batch of tasks on an Eigen
+/// ThreadPool. Same conventions as bench/baselines.hpp (which it builds on).
+///
+/// Thread safety: every function is safe to call from any thread that is not itself a worker
+/// of the pool it uses.
+#pragma once
+
+#if !defined(EIGEN_USE_THREADS)
+#error "bench/report/more_baselines.hpp needs EIGEN_USE_THREADS before the first Eigen include"
+#endif
+
+#include <cstddef>
+#include <cstring>
+#include <pthread.h>
+#include <sched.h>
+#include <vector>
+
+#include <omp.h>
+#include <unsupported/Eigen/CXX11/Tensor>
+
+#include "../baselines.hpp"
+
+namespace pmap::report {
+
+/// @brief While alive, binds an OpenMP team of `threads` threads one per CPU, as
+/// OMP_PROC_BIND=true would: the calling (master) thread to the first CPU it may use, team
+/// thread k to the k-th. The destructor gives the master its CPU mask back.
+///
+/// Why: unbound, libgomp sometimes leaves its worker on the master's CPU of this 2-vCPU
+/// machine, and every region of a sample then costs ~100 us instead of ~1 us (seen in about
+/// half of the processes). OMP_PROC_BIND itself cannot be used: it binds the initial thread
+/// for good, and the oneTBB and Eigen threads it creates later inherit that single CPU.
+class OmpBinding {
+ public:
+  explicit OmpBinding(int threads) {
+    pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &saved_)) cpus_.push_back(c);
+    if (cpus_.size() < 2) return;
+#pragma omp parallel num_threads(threads)
+    {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus_[static_cast<std::size_t>(omp_get_thread_num()) % cpus_.size()], &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    }
+  }
+  ~OmpBinding() { pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_); }
+  OmpBinding(const OmpBinding&) = delete;
+  OmpBinding& operator=(const OmpBinding&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  std::vector<int> cpus_;
+};
+
+/// @brief Per-thread sense of a pmap::bench::SpinBarrier, on its own cache line, kept
+/// across parallel regions.
+struct alignas(64) Sense {
+  bool value = false;
+};
+
+/// @brief `ops` chained psums of `threads` rows of `len` floats by `threads` OpenMP threads,
+/// the way pmap's psum chain runs: barrier (operands ready), every thread sums all rows of
+/// `buf[k % 2]` into its row of `buf[(k + 1) % 2]`, barrier (operands free). Each operand was
+/// just written by its owner, so the peers' rows cross cores as they do in pmap. The least a
+/// 2-phase psum with in-place reads costs.
+inline void spin_psum(pmap::bench::SpinBarrier& barrier, std::vector<Sense>& sense, int threads,
+                      float* const buf[2], std::size_t len, int ops) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    bool& mine = sense[static_cast<std::size_t>(t)].value;
+    const auto row = static_cast<std::size_t>(t) * len;
+    for (int k = 0; k < ops; ++k) {
+      const float* in = buf[k % 2];
+      float* o = buf[(k + 1) % 2] + row;
+      barrier.arrive_and_wait(mine);
+      std::memcpy(o, in, len * sizeof(float));
+      for (int p = 1; p < threads; ++p) {
+        const float* x = in + static_cast<std::size_t>(p) * len;
+#pragma omp simd
+        for (std::size_t j = 0; j < len; ++j) o[j] += x[j];
+      }
+      benchmark::DoNotOptimize(o);
+      barrier.arrive_and_wait(mine);
+    }
+  }
+}
+
+/// @brief `ops` rounds of copying `rows` buffers of `bytes` (src[r] to dst[r]), the rows
+/// split statically over `threads` OpenMP threads, all inside one parallel region and with no
+/// barrier between rounds: the copy bandwidth a collective can at best reach.
+inline void omp_copy_rows(int threads, void* const* dst, const void* const* src, int rows,
+                          std::size_t bytes, int ops) {
+#pragma omp parallel num_threads(threads)
+  for (int k = 0; k < ops; ++k) {
+#pragma omp for schedule(static) nowait
+    for (int r = 0; r < rows; ++r) std::memcpy(dst[r], src[r], bytes);
+  }
+  benchmark::ClobberMemory();
+}
+
+/// @brief Runs body(i) for i in [0, n) as n tasks on an Eigen ThreadPool and waits for them:
+/// one independent job per batch entry, Eigen's own way.
+template <class Body>
+void eigen_for_each(Eigen::ThreadPool& pool, int n, const Body& body) {
+  Eigen::Barrier done(static_cast<unsigned>(n));
+  for (int i = 0; i < n; ++i)
+    pool.Schedule([&body, &done, i] {
+      body(i);
+      done.Notify();
+    });
+  done.Wait();
+}
+
+}  // namespace pmap::report
