@@ -114,8 +114,6 @@ class Team {
   bool fail(std::exception_ptr error, int member = -1);
   /// Global id of the device that failed first (-1 if none).
   int error_device() const { return error_device_; }
-  /// Devices outnumber threads: waits suspend at once instead of spinning first.
-  bool oversubscribed() const { return !may_spin_; }
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
   std::exception_ptr error() const { return error_; }
 
