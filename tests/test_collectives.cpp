@@ -177,6 +177,59 @@ TEST_P(Collectives, PmeanPmaxPmin) {
   EXPECT_TRUE(tensors_near(wmn, replicate(reduce_parts(xi2, all, min_op), n())));
 }
 
+TEST_P(Collectives, DonatedReductionsReuseTheBufferAndKeepTheBits) {
+  // 24 Ki floats (96 KiB) is above the split threshold, 100 below it. Values whose sum
+  // depends on the order: the donated path must combine members in group order too, so its
+  // bits equal the plain path's and the serial reference's.
+  for (const Index len : {Index{24 * 1024}, Index{100}}) {
+    F2 x(n(), len);
+    for (Index p = 0; p < n(); ++p)
+      for (Index k = 0; k < len; ++k)
+        x(p, k) = (p % 2 == 0 ? 1e7f : -1e7f) * static_cast<float>(k % 3) + 0.1f * static_cast<float>(p + k % 7);
+    Tensor<std::int32_t, 2> xi = make<Tensor<std::int32_t, 2>>(3, n(), len);
+    auto f = pmap::pmap(
+        [](pmap::Context& ctx, auto v, auto w) {
+          F1 a = v, b = v, c = v, d = v;
+          Tensor<std::int32_t, 1> e = w, i = w;
+          const void* before[] = {a.data(), b.data(), c.data(), d.data(), i.data()};
+          F1 sum = ctx.psum(std::move(a), "i");
+          F1 mean = ctx.pmean(std::move(b), "i");
+          F1 mx = ctx.pmax(std::move(c), "i");
+          F1 mn = ctx.pmin(std::move(d), "i");
+          Tensor<double, 1> imean = ctx.pmean(std::move(e), "i");  // int -> double: a new buffer
+          Tensor<std::int32_t, 1> isum = ctx.psum(std::move(i), "i");
+          const void* after[] = {sum.data(), mean.data(), mx.data(), mn.data(), isum.data()};
+          int reused = 0;
+          for (int k = 0; k < 5; ++k) reused += before[k] == after[k] ? 1 : 0;
+          const bool emptied = a.size() == 0 && e.size() == 0;
+          F1 plain = ctx.psum(v, "i");
+          return std::make_tuple(sum, mean, mx, mn, imean, isum, plain, reused, emptied);
+        },
+        on_axis(rt()));
+    auto [sum, mean, mx, mn, imean, isum, plain, reused, emptied] = f(x, xi);
+    const auto all = iota(n());
+    const F1 s = group_sum(x, all);
+    EXPECT_TRUE(tensors_equal(sum, replicate(s, n()))) << len;
+    EXPECT_TRUE(tensors_equal(plain, sum)) << len;
+    F1 m = s / static_cast<float>(n());
+    EXPECT_TRUE(tensors_equal(mean, replicate(m, n()))) << len;
+    auto max_op = [](auto l, auto r) { return std::max(l, r); };
+    auto min_op = [](auto l, auto r) { return std::min(l, r); };
+    EXPECT_TRUE(tensors_equal(mx, replicate(reduce_parts(x, all, max_op), n()))) << len;
+    EXPECT_TRUE(tensors_equal(mn, replicate(reduce_parts(x, all, min_op), n()))) << len;
+    const Tensor<std::int32_t, 1> is = group_sum(xi, all);
+    EXPECT_TRUE(tensors_equal(isum, replicate(is, n()))) << len;
+    Tensor<double, 1> im = is.cast<double>() / static_cast<double>(n());
+    EXPECT_TRUE(tensors_near(imean, replicate(im, n()))) << len;
+    // A split reduction (several devices, large operand) writes into the donated buffer.
+    const int expected = len > 100 && n() > 1 ? 5 : 0;
+    for (Index p = 0; p < n(); ++p) {
+      EXPECT_EQ(reused(p), expected) << "device " << p << ", " << len << " floats";
+      EXPECT_TRUE(emptied(p)) << "device " << p;
+    }
+  }
+}
+
 TEST_P(Collectives, PargmaxPargminTakeSmallestIndexOnTies) {
   const int N = n();
   F2 x(N, 5);

@@ -38,6 +38,7 @@ std::string format(const char* fmt, A... args) {
 
 /// @brief "850 ns", "3.21 us", "12.5 ms", "1.20 s".
 inline std::string format_time(double seconds) {
+  if (seconds < 0) return "-" + format_time(-seconds);
   if (seconds < 1e-6) return format("%.0f ns", seconds * 1e9);
   if (seconds < 1e-3) return format("%.3g us", seconds * 1e6);
   if (seconds < 1) return format("%.3g ms", seconds * 1e3);
@@ -154,6 +155,33 @@ inline Row compare(const Case& c, const std::string& workload, const std::string
     row.pmap_figure = format("%.3g %s", row.pmap_value, unit.c_str());
     row.baseline_figure = format("%.3g %s", row.baseline_value, unit.c_str());
   }
+  return row;
+}
+
+/// @brief A row for what `candidate` costs beyond `floor` (the same work done by hand),
+/// measured in units of `unit` (a barrier): per round (candidate - floor) / unit, by time.
+inline Row excess(const Case& c, const std::string& workload, const std::string& size,
+                  const std::string& candidate, const std::string& floor, const std::string& unit,
+                  Target target) {
+  Row row;
+  row.workload = workload;
+  row.size = size;
+  row.pmap = candidate + " - " + floor;
+  row.baseline = unit;
+  row.target = target;
+  row.others = c.others();
+  const auto& a = c.seconds(candidate);
+  const auto& f = c.seconds(floor);
+  const auto& u = c.seconds(unit);
+  for (std::size_t r = 0; r < a.size() && r < f.size() && r < u.size(); ++r)
+    row.rounds.push_back((a[r] - f[r]) / u[r]);
+  row.ratio = stat(row.rounds);
+  row.unit = "s";
+  row.ratio_meaning = "(time pmap - time floor) / time baseline";
+  row.pmap_value = c.median_seconds(candidate) - c.median_seconds(floor);
+  row.baseline_value = c.median_seconds(unit);
+  row.pmap_figure = format_time(row.pmap_value);
+  row.baseline_figure = format_time(row.baseline_value);
   return row;
 }
 

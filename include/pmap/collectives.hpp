@@ -20,7 +20,8 @@
 namespace pmap::detail {
 
 /// A collective's input as contiguous memory: tensors and TensorMaps in place, expressions
-/// evaluated once, scalars by address.
+/// evaluated once, scalars by address. An owning tensor passed as an rvalue is moved in, and
+/// its storage (like an evaluated expression's) may become the result: see owns_storage().
 template <class X>
 class Operand {
   using Leaf = output_leaf<std::remove_cvref_t<X>>;
@@ -47,11 +48,20 @@ class Operand {
       shape_ = shape_of_dims(owned_.dimensions(), rank);
     }
   }
+  /// Takes over a donated tensor: its storage is the input and may become the result.
+  explicit Operand(Eigen::Tensor<T, rank, layout>&& x) : owned_(std::move(x)) {
+    data_ = owned_.data();
+    shape_ = shape_of_dims(owned_.dimensions(), rank);
+  }
   Operand(const Operand&) = delete;
   Operand& operator=(const Operand&) = delete;
 
   const T* data() const { return data_; }
   const Shape& shape() const { return shape_; }
+  /// True when the input lives in storage of its own (an evaluated expression or a donated
+  /// tensor), which nobody reads once the collective returns: take() hands it over.
+  bool owns_storage() const { return !is_scalar && data_ == owned_.data() && data_ != nullptr; }
+  Eigen::Tensor<T, rank, layout> take() { return std::move(owned_); }
 
  private:
   const T* data_ = nullptr;
@@ -142,22 +152,39 @@ using ArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <class T>
 using MutArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
+/// The elementwise operation of reduction K on two array expressions.
+template <OpKind K, class A, class B>
+auto combine(const A& a, const B& b) {
+  if constexpr (K == OpKind::psum || K == OpKind::pmean)
+    return a + b;
+  else if constexpr (K == OpKind::pmax)
+    return a.max(b);
+  else
+    return a.min(b);
+}
+
 /// out[0, len) = op over the members' blocks src(k)[0, len) (cast to Acc); pmean divides.
+/// Works through blocks that stay in L1, so that every input is read once and `out` written
+/// once whatever the member count. With `in_place`, `out` is one of the inputs (a donated
+/// buffer): each block is then reduced in a buffer of its own before it is stored. Members
+/// are always combined in group order, so every path gives the same bits.
 template <OpKind K, class Acc, class T, class Src>
-void reduce_block(Acc* out, std::int64_t len, int n, const Src& src) {
-  const auto size = static_cast<Eigen::Index>(len);
-  MutArrayMap<Acc> o(out, size);
-  auto in = [&](int k) { return ArrayMap<T>(src(k), size).template cast<Acc>(); };
-  o = in(0);
-  for (int k = 1; k < n; ++k) {
-    if constexpr (K == OpKind::psum || K == OpKind::pmean)
-      o += in(k);
-    else if constexpr (K == OpKind::pmax)
-      o = o.max(in(k));
+void reduce_block(Acc* out, std::int64_t len, int n, const Src& src, bool in_place = false) {
+  constexpr std::int64_t kBlockBytes = 8192;
+  constexpr std::int64_t kBlock = std::max<std::int64_t>(1, kBlockBytes / std::int64_t{sizeof(Acc)});
+  alignas(64) unsigned char scratch[kBlock * sizeof(Acc)];
+  for (std::int64_t b = 0; b < len; b += kBlock) {
+    const auto m = static_cast<Eigen::Index>(std::min(kBlock, len - b));
+    MutArrayMap<Acc> o(in_place ? reinterpret_cast<Acc*>(scratch) : out + b, m);
+    auto in = [&](int k) { return ArrayMap<T>(src(k) + b, m).template cast<Acc>(); };
+    if (n == 1)
+      o = in(0);
     else
-      o = o.min(in(k));
+      o = combine<K>(in(0), in(1));
+    for (int k = 2; k < n; ++k) o = combine<K>(o, in(k));
+    if constexpr (K == OpKind::pmean) o /= static_cast<Acc>(n);
+    if (in_place) MutArrayMap<Acc>(out + b, m) = o;
   }
-  if constexpr (K == OpKind::pmean) o /= static_cast<Acc>(n);
 }
 
 template <class Acc>
@@ -239,24 +266,34 @@ Result distributed_reduce(Context& ctx, const GroupInfo& g, const Operand<X>& op
 /// 4 devices on 2 threads).
 inline constexpr std::int64_t kSplitReductionBytes = 64 * 1024;
 
-template <OpKind K, class Acc, class X>
-auto reduce(Context& ctx, const X& x, const AxisNames& axes, const Groups& groups,
+/// Reduces `x` (an Operand's source: const X& or a donated Eigen::Tensor&&) over the group.
+/// A split reduction writes the result over its input when the input owns its storage and
+/// the scalar type is kept (member p writes only chunk p of its own buffer, which no peer
+/// reads, then copies the peers' chunks after the next barrier): no allocation, no page
+/// faults, which at hundreds of MiB cost more than the reduction itself.
+template <OpKind K, class Acc, class X, class Source>
+auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& groups,
             const char* name) {
-  Operand<X> op(x);
+  Operand<X> op(std::forward<Source>(x));
   using T = typename Operand<X>::T;
   constexpr int R = Operand<X>::rank;
   constexpr int L = Operand<X>::layout;
   const GroupInfo& g = Access::group(ctx, axes, groups, false, name);
   const int n = static_cast<int>(g.members.size());
-  auto result = make_result<Acc, R, L>(op.shape());
   const std::int64_t size = op.shape().size();
   Team& team = *Access::member(ctx).team;
   if constexpr (mpi_dtype<Acc>() != mpi::DType::none) {
     if (team.distributed() && groups.empty() && n == team.size())
-      return finish_reduce<X>(distributed_reduce<K, Acc>(ctx, g, op, std::move(result), name));
+      return finish_reduce<X>(distributed_reduce<K, Acc>(
+          ctx, g, op, make_result<Acc, R, L>(op.shape()), name));
   }
   const bool split = !team.distributed() && n > 1 &&
                      size * static_cast<std::int64_t>(sizeof(Acc)) >= kSplitReductionBytes;
+  Eigen::Tensor<Acc, R, L> result;
+  if constexpr (std::is_same_v<Acc, T> && !Operand<X>::is_scalar) {
+    if (split && op.owns_storage()) result = op.take();  // op.data() stays valid: same buffer
+  }
+  if (result.data() == nullptr) result = make_result<Acc, R, L>(op.shape());
   Acc* out = result.data();
   rendezvous<T>(ctx, g, name, K, op.shape(), {static_cast<std::int64_t>(sizeof(Acc))},
                 split ? 3 : 2, op.data(), out, [&](auto& peer, auto& peer_out, auto& sync) {
@@ -266,8 +303,10 @@ auto reduce(Context& ctx, const X& x, const AxisNames& axes, const Groups& group
                   }
                   auto chunk = [&](int p) { return size * p / n; };
                   const int me = g.position;
-                  reduce_block<K, Acc, T>(out + chunk(me), chunk(me + 1) - chunk(me), n,
-                                          [&](int k) { return peer(k) + chunk(me); });
+                  reduce_block<K, Acc, T>(
+                      out + chunk(me), chunk(me + 1) - chunk(me), n,
+                      [&](int k) { return peer(k) + chunk(me); },
+                      static_cast<const void*>(out) == static_cast<const void*>(op.data()));
                   sync();
                   for (int p = 0; p < n; ++p)
                     if (p != me)
@@ -349,28 +388,56 @@ namespace pmap {
 
 template <class X>
 auto Context::psum(const X& x, AxisNames axes, const Groups& groups) {
-  using T = typename detail::Operand<X>::T;
-  using Acc = std::conditional_t<std::is_same_v<T, bool>, std::int32_t, T>;
-  return detail::reduce<detail::OpKind::psum, Acc>(*this, x, axes, groups, "psum");
+  using Acc = detail::psum_acc<typename detail::Operand<X>::T>;
+  return detail::reduce<detail::OpKind::psum, Acc, X>(*this, x, axes, groups, "psum");
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<detail::psum_acc<T>, R, L> Context::psum(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                                       const Groups& groups) {
+  using X = Eigen::Tensor<T, R, L>;
+  return detail::reduce<detail::OpKind::psum, detail::psum_acc<T>, X>(*this, std::move(x), axes,
+                                                                      groups, "psum");
 }
 
 template <class X>
 auto Context::pmean(const X& x, AxisNames axes, const Groups& groups) {
-  using T = typename detail::Operand<X>::T;
-  using Acc = std::conditional_t<std::is_integral_v<T>, double, T>;
-  return detail::reduce<detail::OpKind::pmean, Acc>(*this, x, axes, groups, "pmean");
+  using Acc = detail::pmean_acc<typename detail::Operand<X>::T>;
+  return detail::reduce<detail::OpKind::pmean, Acc, X>(*this, x, axes, groups, "pmean");
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<detail::pmean_acc<T>, R, L> Context::pmean(Eigen::Tensor<T, R, L>&& x,
+                                                         AxisNames axes, const Groups& groups) {
+  using X = Eigen::Tensor<T, R, L>;
+  return detail::reduce<detail::OpKind::pmean, detail::pmean_acc<T>, X>(*this, std::move(x), axes,
+                                                                        groups, "pmean");
 }
 
 template <class X>
 auto Context::pmax(const X& x, AxisNames axes, const Groups& groups) {
   using T = typename detail::Operand<X>::T;
-  return detail::reduce<detail::OpKind::pmax, T>(*this, x, axes, groups, "pmax");
+  return detail::reduce<detail::OpKind::pmax, T, X>(*this, x, axes, groups, "pmax");
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<T, R, L> Context::pmax(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                     const Groups& groups) {
+  using X = Eigen::Tensor<T, R, L>;
+  return detail::reduce<detail::OpKind::pmax, T, X>(*this, std::move(x), axes, groups, "pmax");
 }
 
 template <class X>
 auto Context::pmin(const X& x, AxisNames axes, const Groups& groups) {
   using T = typename detail::Operand<X>::T;
-  return detail::reduce<detail::OpKind::pmin, T>(*this, x, axes, groups, "pmin");
+  return detail::reduce<detail::OpKind::pmin, T, X>(*this, x, axes, groups, "pmin");
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<T, R, L> Context::pmin(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                     const Groups& groups) {
+  using X = Eigen::Tensor<T, R, L>;
+  return detail::reduce<detail::OpKind::pmin, T, X>(*this, std::move(x), axes, groups, "pmin");
 }
 
 template <class X>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,11 @@ class Mapped;
 namespace detail {
 struct Access;
 struct GroupInfo;
+/// Result scalar of psum (bool sums to int32) and of pmean (integers give double).
+template <class T>
+using psum_acc = std::conditional_t<std::is_same_v<T, bool>, std::int32_t, T>;
+template <class T>
+using pmean_acc = std::conditional_t<std::is_integral_v<T>, double, T>;
 }  // namespace detail
 
 /// @brief A device's view of the call it runs in: its device, its position on every bound
@@ -55,6 +61,21 @@ class Context {
   template <class X> auto pmax(const X& x, AxisNames axes = {}, const Groups& groups = {});
   /// @brief Elementwise minimum over the group.
   template <class X> auto pmin(const X& x, AxisNames axes = {}, const Groups& groups = {});
+  /// @brief The reductions of a donated tensor (`ctx.psum(std::move(v), "i")`), as JAX's
+  /// buffer donation: a large reduction writes its result over v's storage instead of
+  /// allocating (and page-faulting) a new tensor. v is left empty. Same results otherwise.
+  template <class T, int R, int L>
+  Eigen::Tensor<detail::psum_acc<T>, R, L> psum(Eigen::Tensor<T, R, L>&& x, AxisNames axes = {},
+                                                const Groups& groups = {});
+  template <class T, int R, int L>
+  Eigen::Tensor<detail::pmean_acc<T>, R, L> pmean(Eigen::Tensor<T, R, L>&& x,
+                                                  AxisNames axes = {}, const Groups& groups = {});
+  template <class T, int R, int L>
+  Eigen::Tensor<T, R, L> pmax(Eigen::Tensor<T, R, L>&& x, AxisNames axes = {},
+                              const Groups& groups = {});
+  template <class T, int R, int L>
+  Eigen::Tensor<T, R, L> pmin(Eigen::Tensor<T, R, L>&& x, AxisNames axes = {},
+                              const Groups& groups = {});
   /// @brief Elementwise axis index of the maximum (smallest index on ties), int32.
   template <class X> auto pargmax(const X& x, AxisNames axes = {});
   /// @brief Elementwise axis index of the minimum (smallest index on ties), int32.

@@ -60,6 +60,10 @@ struct OpDesc {
   int phases = 2;                  ///< barriers this collective takes
 };
 
+/// One device's place in a Team, in three groups of cache lines: what the peers read on every
+/// collective (the phase word they poll, and the signature and buffers published before the
+/// first phase: the poll that sees the new phase brings them along in the same line transfer);
+/// what only error messages read; and the suspension state.
 struct alignas(64) Slot {
   std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
   std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
@@ -67,11 +71,11 @@ struct alignas(64) Slot {
   std::atomic<std::uint64_t> signature{0};
   const void* in = nullptr;
   void* out = nullptr;
-  const void* extra = nullptr;
+  alignas(64) const void* extra = nullptr;
   OpDesc desc;
   char axes[64] = {};
   // Guarded by Team::lock_.
-  bool suspended = false;
+  alignas(64) bool suspended = false;
   tbb::task::suspend_point resume_point = nullptr;
   std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on
   bool waiting = false;  ///< inside Team::wait (for error messages)
