@@ -16,10 +16,12 @@
 //   gemm              one Eigen matrix product per device vs Eigen's contraction on a
 //                     ThreadPoolDevice (each product threaded, or the products in parallel on
 //                     the pool) and a serial loop, in GFLOP/s
-//   psum_latency      8 KiB psum on 2 devices vs a spin barrier, an OpenMP barrier and a
-//                     hand-written 2-barrier psum; and a 4-byte psum (synchronisation alone)
+//   psum_latency      8 KiB psum on 2 devices: what it costs beyond a hand-written 2-barrier
+//                     psum, in spin barriers; vs a spin barrier, an OpenMP barrier and that
+//                     psum; and a 4-byte psum (synchronisation alone)
 //   bandwidth         psum, all_gather, all_to_all and ppermute vs memcpy, in cache and
-//                     --size / 8 bytes received per device
+//                     --size / 8 bytes received per device; psum, all_to_all and ppermute
+//                     chains donate each result to the next collective
 //   oversubscription  the 8 KiB psum with 4 and 8 devices on 2 threads vs 2 on 2
 //   idle              CPU burnt during a 10 ms idle gap after a burst of dispatches, and the
 //                     first dispatch after the gap vs a warm one
@@ -480,7 +482,7 @@ void bandwidth(Env& env) {
   for (const auto& [where, bytes] : sizes) {
     // Floats per device, a multiple of d so that all_gather and all_to_all split evenly.
     const std::int64_t n = std::max<std::int64_t>(d, bytes / 4 / d * d);
-    const int ops = bytes <= 4 * MiB ? env.ops(200) : 6;  // chains donate: few fresh results
+    const int ops = bytes <= 4 * MiB ? env.ops(200) : 8;  // chains donate: few fresh results
     Tensor2 x = filled(d, n, 0.f, t), dst = filled(d, n, 0.f, t);
     const Map2 gather_in(x.data(), d, n / d);  // each device sends n/d, receives n
     std::vector<void*> to;
@@ -504,14 +506,14 @@ void bandwidth(Env& env) {
     auto all_to_all = pmap::pmap(
         [ops](pmap::Context& ctx, auto row) {
           Tensor1 v = ctx.all_to_all(row, "i", 0, 0, pmap::tiled);
-          for (int k = 1; k < ops; ++k) v = ctx.all_to_all(v, "i", 0, 0, pmap::tiled);
+          for (int k = 1; k < ops; ++k) v = ctx.all_to_all(std::move(v), "i", 0, 0, pmap::tiled);
           benchmark::DoNotOptimize(v.data());
         },
         options);
     auto ppermute = pmap::pmap(
         [ops, &shift](pmap::Context& ctx, auto row) {
           Tensor1 v = ctx.ppermute(row, "i", shift);
-          for (int k = 1; k < ops; ++k) v = ctx.ppermute(v, "i", shift);
+          for (int k = 1; k < ops; ++k) v = ctx.ppermute(std::move(v), "i", shift);
           benchmark::DoNotOptimize(v.data());
         },
         options);
@@ -531,11 +533,17 @@ void bandwidth(Env& env) {
             }),
             ops, static_cast<double>(row_bytes) * t);
     c.measure(env.settings);
-    for (const auto& [op, target] :
-         {std::pair{"psum", Target::at_least(0.6)}, std::pair{"all_gather", Target::at_least(0.8)},
-          std::pair{"all_to_all", Target::at_least(0.8)}, std::pair{"ppermute", Target{}}})
+    // The targets are for memory bandwidth (out of cache). In cache, memcpy copies a thread's
+    // own L2-resident row while every collective must pull its peers' rows across cores
+    // (about 8 GB/s per core on this VM's mesh), so those rows are reported only.
+    const bool out_of_cache = bytes > 4 * MiB;
+    auto target = [out_of_cache](Target goal) { return out_of_cache ? goal : Target{}; };
+    for (const auto& [op, goal] :
+         {std::pair{"psum", target(Target::at_least(0.6, 0.7))},
+          std::pair{"all_gather", target(Target::at_least(0.8))},
+          std::pair{"all_to_all", target(Target::at_least(0.8))}, std::pair{"ppermute", Target{}}})
       env.report->add(
-          pr::compare(c, "bandwidth", size, op, "memcpy", Case::kRate, target, "GB/s", 1e-9));
+          pr::compare(c, "bandwidth", size, op, "memcpy", Case::kRate, goal, "GB/s", 1e-9));
     env.report->add(pr::compare(c, "bandwidth", size, "ppermute", "memcpy_alloc", Case::kRate,
                                 Target{}, "GB/s", 1e-9));
   }

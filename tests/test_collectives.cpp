@@ -230,6 +230,50 @@ TEST_P(Collectives, DonatedReductionsReuseTheBufferAndKeepTheBits) {
   }
 }
 
+TEST_P(Collectives, DonatedChainsRecycleTheirBuffers) {
+  // 32 Ki floats (128 KiB) per device: large enough to be kept for the next result.
+  const Index len = 32 * 1024;
+  F2 x = make<F2>(2, n(), len);
+  const auto shift = ring(n(), 1);
+  const auto reverse = reverse_perm(n());
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, auto v) {
+        const int N = ctx.axis_size();
+        // The same chain twice: on views (every result a new buffer), then donating.
+        F1 r1 = ctx.ppermute(v, "i", shift);
+        F1 r2 = ctx.ppermute(r1, "i", shift);
+        F1 r3 = ctx.pshuffle(r2, "i", reverse);
+        F1 r4 = ctx.pbroadcast(r3, "i", N - 1);
+        F1 r5 = ctx.all_to_all(r4, "i", 0, 0, pmap::tiled);
+        F2 r6 = ctx.all_to_all(F2(r5.reshape(Eigen::array<Index, 2>{N, len / N})), "i", 0, 1);
+        F1 a = v;
+        const void* first = a.data();
+        F1 d1 = ctx.ppermute(std::move(a), "i", shift);  // a's storage is kept
+        F1 d2 = ctx.ppermute(std::move(d1), "i", shift);  // ... and receives this result
+        const bool recycled = d2.data() == first;
+        F1 d3 = ctx.pshuffle(std::move(d2), "i", reverse);
+        F1 d4 = ctx.pbroadcast(std::move(d3), "i", N - 1);
+        F1 d5 = ctx.all_to_all(std::move(d4), "i", 0, 0, pmap::tiled);
+        F2 d6(N, len / N);
+        d6 = d5.reshape(Eigen::array<Index, 2>{N, len / N});
+        F2 d7 = ctx.all_to_all(std::move(d6), "i", 0, 1);
+        const bool emptied = a.size() == 0 && d1.size() == 0 && d6.size() == 0;
+        return std::make_tuple(r2, r5, d5, r6, d7, recycled, emptied);
+      },
+      on_axis(rt()));
+  auto [r2, r5, d5, r6, d7, recycled, emptied] = f(x);
+  // r2: every device holds the row of device p - 2.
+  for (Index p = 0; p < n(); ++p) {
+    const Index from = ((p - 2) % n() + n()) % n();
+    F1 got = part(r2, p);
+    EXPECT_TRUE(tensors_equal(got, part(x, from))) << "device " << p;
+    EXPECT_TRUE(recycled(p)) << "device " << p;
+    EXPECT_TRUE(emptied(p)) << "device " << p;
+  }
+  EXPECT_TRUE(tensors_equal(d5, r5));
+  EXPECT_TRUE(tensors_equal(d7, r6));
+}
+
 TEST_P(Collectives, PargmaxPargminTakeSmallestIndexOnTies) {
   const int N = n();
   F2 x(N, 5);

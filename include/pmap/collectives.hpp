@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <complex>
 #include <cstring>
 #include <string>
@@ -76,6 +77,23 @@ Eigen::Tensor<U, R, L> make_result(const Shape& s) {
   Eigen::Tensor<U, R, L> result(dsizes<U, R, L>(s));
   prepare_result(result.data(), static_cast<std::size_t>(s.size()) * sizeof(U));
   return result;
+}
+
+/// make_result, in the device's spare buffer when it has the right type and size.
+template <class U, int R, int L>
+Eigen::Tensor<U, R, L> make_result(Context& ctx, const Shape& s) {
+  auto spare = Access::take_spare<Eigen::Tensor<U, R, L>>(ctx, s.size());
+  if (spare.data() == nullptr) return make_result<U, R, L>(s);
+  spare.resize(dsizes<U, R, L>(s));  // same element count: keeps the storage
+  return spare;
+}
+
+/// After a collective: a donated (or evaluated) input nobody reads any more becomes the
+/// device's spare buffer.
+template <class X>
+void recycle(Context& ctx, Operand<X>& op) {
+  if constexpr (!Operand<X>::is_scalar)
+    if (op.owns_storage()) Access::keep_spare(ctx, op.take());
 }
 
 enum class OpKind : std::uint64_t {
@@ -293,7 +311,7 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
   if constexpr (std::is_same_v<Acc, T> && !Operand<X>::is_scalar) {
     if (split && op.owns_storage()) result = op.take();  // op.data() stays valid: same buffer
   }
-  if (result.data() == nullptr) result = make_result<Acc, R, L>(op.shape());
+  if (result.data() == nullptr) result = make_result<Acc, R, L>(ctx, op.shape());
   Acc* out = result.data();
   rendezvous<T>(ctx, g, name, K, op.shape(), {static_cast<std::int64_t>(sizeof(Acc))},
                 split ? 3 : 2, op.data(), out, [&](auto& peer, auto& peer_out, auto& sync) {
@@ -313,6 +331,7 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
                       std::memcpy(out + chunk(p), static_cast<const Acc*>(peer_out(p)) + chunk(p),
                                   static_cast<std::size_t>(chunk(p + 1) - chunk(p)) * sizeof(Acc));
                 });
+  if (static_cast<const void*>(out) != static_cast<const void*>(op.data())) recycle(ctx, op);
   return finish_reduce<X>(std::move(result));
 }
 
@@ -324,7 +343,7 @@ auto arg_reduce(Context& ctx, const X& x, const AxisNames& axes, const char* nam
   constexpr int L = Operand<X>::layout;
   const GroupInfo& g = Access::group(ctx, axes, {}, false, name);
   const int n = static_cast<int>(g.members.size());
-  auto result = make_result<std::int32_t, R, L>(op.shape());
+  auto result = make_result<std::int32_t, R, L>(ctx, op.shape());
   const std::int64_t size = op.shape().size();
   std::int32_t* out = result.data();
   rendezvous<T>(ctx, g, name, Max ? OpKind::pargmax : OpKind::pargmin, op.shape(), {}, 2,
@@ -372,6 +391,91 @@ void place_block(T* out, const T* in, const Split3& s, int n, int k) {
   const std::int64_t run = s.mid * s.inner;
   for (std::int64_t o = 0; o < s.outer; ++o)
     std::memcpy(out + (o * n + k) * run, in + o * run, static_cast<std::size_t>(run) * sizeof(T));
+}
+
+/// A box inside an array: extents and element strides per dimension, in memory order (the
+/// outermost first).
+struct Box {
+  int rank = 0;
+  std::array<std::int64_t, kMaxRank> extent{}, src_stride{}, dst_stride{};
+};
+
+/// Element strides of an array of shape `s`, by logical dimension.
+inline std::array<std::int64_t, kMaxRank> strides_of(const Shape& s, int layout) {
+  std::array<std::int64_t, kMaxRank> st{};
+  std::int64_t step = 1;
+  for (int i = 0; i < s.rank; ++i) {
+    const int d = layout == Eigen::RowMajor ? s.rank - 1 - i : i;  // innermost first
+    st[static_cast<std::size_t>(d)] = step;
+    step *= s.dims[static_cast<std::size_t>(d)];
+  }
+  return st;
+}
+
+/// Copies a box of extents b.extent from src (strides b.src_stride) to dst (b.dst_stride):
+/// dimensions contiguous in both arrays are merged first, so that a box made of whole rows
+/// is a few large memcpy calls.
+template <class T>
+void copy_box(T* dst, const T* src, Box b) {
+  // Drop unit dimensions, then merge each dimension into the next inner one when both
+  // arrays lay them out back to back.
+  Box m;
+  for (int i = 0; i < b.rank; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    if (b.extent[u] == 1) continue;
+    if (b.extent[u] == 0) return;
+    m.extent[static_cast<std::size_t>(m.rank)] = b.extent[u];
+    m.src_stride[static_cast<std::size_t>(m.rank)] = b.src_stride[u];
+    m.dst_stride[static_cast<std::size_t>(m.rank)] = b.dst_stride[u];
+    ++m.rank;
+  }
+  int r = 0;  // merged dims, written in place
+  for (int i = 0; i < m.rank; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    if (r > 0) {
+      const auto prev = static_cast<std::size_t>(r - 1);
+      if (m.src_stride[prev] == m.extent[u] * m.src_stride[u] &&
+          m.dst_stride[prev] == m.extent[u] * m.dst_stride[u]) {
+        m.extent[prev] *= m.extent[u];
+        m.src_stride[prev] = m.src_stride[u];
+        m.dst_stride[prev] = m.dst_stride[u];
+        continue;
+      }
+    }
+    m.extent[static_cast<std::size_t>(r)] = m.extent[u];
+    m.src_stride[static_cast<std::size_t>(r)] = m.src_stride[u];
+    m.dst_stride[static_cast<std::size_t>(r)] = m.dst_stride[u];
+    ++r;
+  }
+  m.rank = r;
+  if (m.rank == 0) {
+    *dst = *src;
+    return;
+  }
+  const auto inner = static_cast<std::size_t>(m.rank - 1);
+  const std::int64_t run = m.extent[inner];
+  const bool contiguous = m.src_stride[inner] == 1 && m.dst_stride[inner] == 1;
+  std::array<std::int64_t, kMaxRank> index{};
+  for (;;) {
+    std::int64_t so = 0, dof = 0;
+    for (std::size_t d = 0; d < inner; ++d) {
+      so += index[d] * m.src_stride[d];
+      dof += index[d] * m.dst_stride[d];
+    }
+    if (contiguous) {
+      std::memcpy(dst + dof, src + so, static_cast<std::size_t>(run) * sizeof(T));
+    } else {
+      for (std::int64_t j = 0; j < run; ++j)
+        dst[dof + j * m.dst_stride[inner]] = src[so + j * m.src_stride[inner]];
+    }
+    int d = static_cast<int>(inner) - 1;
+    for (; d >= 0; --d) {
+      const auto u = static_cast<std::size_t>(d);
+      if (++index[u] < m.extent[u]) break;
+      index[u] = 0;
+    }
+    if (d < 0) return;
+  }
 }
 
 template <class T>
@@ -459,7 +563,7 @@ auto Context::all_gather(const X& x, AxisNames axes, int axis, const Groups& gro
   const detail::GroupInfo& g = detail::Access::group(*this, axes, groups, true, "all_gather");
   const int n = static_cast<int>(g.members.size());
   const int a = detail::canonical_axis(axis, R + 1);
-  auto result = detail::make_result<T, R + 1, L>(detail::insert_axis(op.shape(), a, n));
+  auto result = detail::make_result<T, R + 1, L>(*this, detail::insert_axis(op.shape(), a, n));
   // A new axis of extent 1 at `a`, then concatenated: block k is member k's input.
   const detail::Split3 s = detail::split_around(detail::insert_axis(op.shape(), a, 1), a, L);
   T* out = result.data();
@@ -481,7 +585,7 @@ auto Context::all_gather(const X& x, AxisNames axes, int axis, tiled_t, const Gr
   const int a = detail::canonical_axis(axis, R);
   detail::Shape out_shape = op.shape();
   out_shape.dims[static_cast<std::size_t>(a)] *= n;
-  auto result = detail::make_result<T, R, L>(out_shape);
+  auto result = detail::make_result<T, R, L>(*this, out_shape);
   const detail::Split3 s = detail::split_around(op.shape(), a, L);
   T* out = result.data();
   detail::rendezvous<T>(*this, g, "all_gather", detail::OpKind::all_gather, op.shape(), {a, 1}, 2,
@@ -517,7 +621,7 @@ auto scatter_sum(Context& ctx, const X& x, const AxisNames& axes, int dimension,
   block.dims[static_cast<std::size_t>(a)] = extent / n;
   const Split3 s = split_around(block, a, L);
   constexpr int RO = Tiled ? R : R - 1;
-  auto result = make_result<Acc, RO, L>(Tiled ? block : remove_axis(block, a));
+  auto result = make_result<Acc, RO, L>(ctx, Tiled ? block : remove_axis(block, a));
   Acc* out = result.data();
   const int p = g.position;
   const std::int64_t run = s.mid * s.inner;
@@ -532,10 +636,10 @@ auto scatter_sum(Context& ctx, const X& x, const AxisNames& axes, int dimension,
 
 /// all_to_all: member p receives block p (along split_axis) of every member's input and
 /// places member k's block at position k along concat_axis.
-template <bool Tiled, class X>
-auto exchange(Context& ctx, const X& x, const AxisNames& axes, int split_axis, int concat_axis,
+template <bool Tiled, class X, class Source>
+auto exchange(Context& ctx, Source&& x, const AxisNames& axes, int split_axis, int concat_axis,
               const Groups& groups) {
-  Operand<X> op(x);
+  Operand<X> op(std::forward<Source>(x));
   using T = typename Operand<X>::T;
   constexpr int R = Operand<X>::rank;
   constexpr int L = Operand<X>::layout;
@@ -565,42 +669,65 @@ auto exchange(Context& ctx, const X& x, const AxisNames& axes, int split_axis, i
   } else {
     out_shape = insert_axis(remove_axis(in, sa), ca, n);
   }
-  auto result = make_result<T, R, L>(out_shape);
+  auto result = make_result<T, R, L>(ctx, out_shape);
   T* out = result.data();
   const int p = g.position;
+  // Block p of every input (along split_axis) goes to place k (along concat_axis). Untiled,
+  // the blocks have extent 1 there: dropping that unit dimension from both sides leaves the
+  // same dimensions in the same order, so both forms are one box copy per member.
+  const auto in_strides = strides_of(in, L);
+  const auto out_strides = strides_of(out_shape, L);
+  Box box;
+  std::int64_t src_offset = 0, dst_step = 0;
+  auto memory_order = [&](int i, int rank) { return L == Eigen::RowMajor ? i : rank - 1 - i; };
+  if constexpr (Tiled) {
+    box.rank = R;
+    for (int i = 0; i < R; ++i) {
+      const auto d = static_cast<std::size_t>(memory_order(i, R));
+      box.extent[static_cast<std::size_t>(i)] = block.dims[d];
+      box.src_stride[static_cast<std::size_t>(i)] = in_strides[d];
+      box.dst_stride[static_cast<std::size_t>(i)] = out_strides[d];
+    }
+    src_offset = p * block.dims[static_cast<std::size_t>(sa)] * in_strides[static_cast<std::size_t>(sa)];
+    dst_step = block.dims[static_cast<std::size_t>(ca)] * out_strides[static_cast<std::size_t>(ca)];
+  } else {
+    // The remaining dimensions of `in` (without sa) and of `out` (without ca) match one to one.
+    std::array<std::int64_t, kMaxRank> src_st{}, dst_st{}, ext{};
+    for (int d = 0, j = 0; d < R; ++d)
+      if (d != sa) {
+        ext[static_cast<std::size_t>(j)] = in.dims[static_cast<std::size_t>(d)];
+        src_st[static_cast<std::size_t>(j++)] = in_strides[static_cast<std::size_t>(d)];
+      }
+    for (int d = 0, j = 0; d < R; ++d)
+      if (d != ca) dst_st[static_cast<std::size_t>(j++)] = out_strides[static_cast<std::size_t>(d)];
+    box.rank = R - 1;
+    for (int i = 0; i < R - 1; ++i) {
+      const auto d = static_cast<std::size_t>(memory_order(i, R - 1));
+      box.extent[static_cast<std::size_t>(i)] = ext[d];
+      box.src_stride[static_cast<std::size_t>(i)] = src_st[d];
+      box.dst_stride[static_cast<std::size_t>(i)] = dst_st[d];
+    }
+    src_offset = p * in_strides[static_cast<std::size_t>(sa)];
+    dst_step = out_strides[static_cast<std::size_t>(ca)];
+  }
   rendezvous<T>(ctx, g, "all_to_all", OpKind::all_to_all, in, {sa, ca, Tiled}, 2, op.data(), out,
                 [&](auto& peer, auto&, auto&) {
-                  using Map = Eigen::TensorMap<Eigen::Tensor<T, R, L>>;
-                  using CMap = Eigen::TensorMap<const Eigen::Tensor<T, R, L>>;
-                  Map o(out, dsizes<T, R, L>(out_shape));
-                  // Block p of every input (along split_axis) goes to place k (along
-                  // concat_axis); untiled blocks have extent 1 and are reshaped.
-                  Eigen::DSizes<Eigen::DenseIndex, R> from, to;
-                  for (int d = 0; d < R; ++d) from[d] = to[d] = 0;
-                  const auto src_extents = dsizes<T, R, L>(block);
-                  Shape dst_block = out_shape;
-                  dst_block.dims[static_cast<std::size_t>(ca)] /= n;
-                  const auto dst_extents = dsizes<T, R, L>(dst_block);
-                  from[sa] = src_extents[sa] * p;
-                  for (int k = 0; k < n; ++k) {
-                    CMap src(peer(k), dsizes<T, R, L>(in));
-                    to[ca] = dst_extents[ca] * k;
-                    o.slice(to, dst_extents) = src.slice(from, src_extents).reshape(dst_extents);
-                  }
+                  for (int k = 0; k < n; ++k) copy_box(out + k * dst_step, peer(k) + src_offset, box);
                 });
+  recycle(ctx, op);
   return result;
 }
 
 /// Member p receives the input of member source(p), or zeros when source(p) < 0.
-template <class X, class Source>
-auto permute(Context& ctx, const X& x, const GroupInfo& g, const char* name, OpKind kind,
+template <class X, class Input, class Source>
+auto permute(Context& ctx, Input&& x, const GroupInfo& g, const char* name, OpKind kind,
              std::initializer_list<std::int64_t> params, std::uint64_t perm_hash,
              const Source& source) {
-  Operand<X> op(x);
+  Operand<X> op(std::forward<Input>(x));
   using T = typename Operand<X>::T;
   constexpr int R = Operand<X>::rank;
   constexpr int L = Operand<X>::layout;
-  auto result = make_result<T, R, L>(op.shape());
+  auto result = make_result<T, R, L>(ctx, op.shape());
   T* out = result.data();
   const int from = source(g.position);
   GroupInfo signed_group = g;
@@ -609,6 +736,7 @@ auto permute(Context& ctx, const X& x, const GroupInfo& g, const char* name, OpK
                 [&](auto& peer, auto&, auto&) {
                   copy_or_zero(out, from >= 0 ? peer(from) : nullptr, op.shape().size());
                 });
+  recycle(ctx, op);
   if constexpr (Operand<X>::is_scalar)
     return T(result());
   else
@@ -632,42 +760,101 @@ auto Context::psum_scatter(const X& x, AxisNames axes, int scatter_dimension, ti
 template <class X>
 auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis,
                          const Groups& groups) {
-  return detail::exchange<false>(*this, x, axes, split_axis, concat_axis, groups);
+  return detail::exchange<false, X>(*this, x, axes, split_axis, concat_axis, groups);
 }
 
 template <class X>
 auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
                          const Groups& groups) {
-  return detail::exchange<true>(*this, x, axes, split_axis, concat_axis, groups);
+  return detail::exchange<true, X>(*this, x, axes, split_axis, concat_axis, groups);
 }
 
-template <class X>
-auto Context::ppermute(const X& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
-  const detail::GroupInfo& g = detail::Access::group(*this, axes, {}, false, "ppermute");
-  detail::check_permutation_pairs(perm, g);
+template <class T, int R, int L>
+Eigen::Tensor<T, R, L> Context::all_to_all(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                           int split_axis, int concat_axis, const Groups& groups) {
+  return detail::exchange<false, Eigen::Tensor<T, R, L>>(*this, std::move(x), axes, split_axis,
+                                                         concat_axis, groups);
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<T, R, L> Context::all_to_all(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                           int split_axis, int concat_axis, tiled_t,
+                                           const Groups& groups) {
+  return detail::exchange<true, Eigen::Tensor<T, R, L>>(*this, std::move(x), axes, split_axis,
+                                                        concat_axis, groups);
+}
+
+namespace detail {
+
+/// ppermute's source for this device (-1: nobody sends to it), after validating the pairs.
+inline int permutation_source(const GroupInfo& g, const std::vector<std::pair<int, int>>& perm) {
+  check_permutation_pairs(perm, g);
   int from = -1;
   for (const auto& [src, dst] : perm)
     if (dst == g.position) from = src;
-  return detail::permute(*this, x, g, "ppermute", detail::OpKind::ppermute, {},
-                         detail::hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])),
-                         [from](int) { return from; });
+  return from;
+}
+
+template <class X, class Input>
+auto ppermute(Context& ctx, Input&& x, const AxisNames& axes,
+              const std::vector<std::pair<int, int>>& perm) {
+  const GroupInfo& g = Access::group(ctx, axes, {}, false, "ppermute");
+  const int from = permutation_source(g, perm);
+  return permute<X>(ctx, std::forward<Input>(x), g, "ppermute", OpKind::ppermute, {},
+                    hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])),
+                    [from](int) { return from; });
+}
+
+template <class X, class Input>
+auto pshuffle(Context& ctx, Input&& x, const AxisNames& axes, const std::vector<int>& perm) {
+  const GroupInfo& g = Access::group(ctx, axes, {}, false, "pshuffle");
+  check_shuffle(perm, g);
+  return permute<X>(ctx, std::forward<Input>(x), g, "pshuffle", OpKind::ppermute, {},
+                    hash_bytes(1, perm.data(), perm.size() * sizeof(int)),
+                    [&perm](int p) { return perm[static_cast<std::size_t>(p)]; });
+}
+
+template <class X, class Input>
+auto pbroadcast(Context& ctx, Input&& x, const AxisNames& axes, int source) {
+  const GroupInfo& g = Access::group(ctx, axes, {}, false, "pbroadcast");
+  check_source(source, g);
+  return permute<X>(ctx, std::forward<Input>(x), g, "pbroadcast", OpKind::pbroadcast, {source}, 0,
+                    [source](int) { return source; });
+}
+
+}  // namespace detail
+
+template <class X>
+auto Context::ppermute(const X& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
+  return detail::ppermute<X>(*this, x, axes, perm);
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<T, R, L> Context::ppermute(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                         const std::vector<std::pair<int, int>>& perm) {
+  return detail::ppermute<Eigen::Tensor<T, R, L>>(*this, std::move(x), axes, perm);
 }
 
 template <class X>
 auto Context::pshuffle(const X& x, AxisNames axes, const std::vector<int>& perm) {
-  const detail::GroupInfo& g = detail::Access::group(*this, axes, {}, false, "pshuffle");
-  detail::check_shuffle(perm, g);
-  return detail::permute(*this, x, g, "pshuffle", detail::OpKind::ppermute, {},
-                         detail::hash_bytes(1, perm.data(), perm.size() * sizeof(int)),
-                         [&perm](int p) { return perm[static_cast<std::size_t>(p)]; });
+  return detail::pshuffle<X>(*this, x, axes, perm);
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<T, R, L> Context::pshuffle(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                         const std::vector<int>& perm) {
+  return detail::pshuffle<Eigen::Tensor<T, R, L>>(*this, std::move(x), axes, perm);
 }
 
 template <class X>
 auto Context::pbroadcast(const X& x, AxisNames axes, int source) {
-  const detail::GroupInfo& g = detail::Access::group(*this, axes, {}, false, "pbroadcast");
-  detail::check_source(source, g);
-  return detail::permute(*this, x, g, "pbroadcast", detail::OpKind::pbroadcast, {source}, 0,
-                         [source](int) { return source; });
+  return detail::pbroadcast<X>(*this, x, axes, source);
+}
+
+template <class T, int R, int L>
+Eigen::Tensor<T, R, L> Context::pbroadcast(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                           int source) {
+  return detail::pbroadcast<Eigen::Tensor<T, R, L>>(*this, std::move(x), axes, source);
 }
 
 }  // namespace pmap

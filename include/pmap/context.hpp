@@ -2,7 +2,9 @@
 /// @brief pmap::Context: what a kernel knows about its device, and the collectives.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -24,6 +26,18 @@ template <class T>
 using psum_acc = std::conditional_t<std::is_same_v<T, bool>, std::int32_t, T>;
 template <class T>
 using pmean_acc = std::conditional_t<std::is_integral_v<T>, double, T>;
+
+/// A donated buffer a collective no longer needs, kept by the device's Context for the next
+/// result of the same type and size (a chain `v = ctx.ppermute(std::move(v), ...)` then
+/// alternates between two buffers instead of mapping fresh memory for every result).
+struct SpareBuffer {
+  virtual ~SpareBuffer() = default;
+};
+template <class Tensor>
+struct SpareOf final : SpareBuffer {
+  explicit SpareOf(Tensor&& x) : tensor(std::move(x)) {}
+  Tensor tensor;
+};
 }  // namespace detail
 
 /// @brief A device's view of the call it runs in: its device, its position on every bound
@@ -76,6 +90,23 @@ class Context {
   template <class T, int R, int L>
   Eigen::Tensor<T, R, L> pmin(Eigen::Tensor<T, R, L>&& x, AxisNames axes = {},
                               const Groups& groups = {});
+  /// @brief The data movers of a donated tensor: the result is computed as usual (peers read
+  /// x in place), then x's storage is kept for this device's next result of the same type and
+  /// size, so chains of large collectives stop allocating. x is left empty.
+  template <class T, int R, int L>
+  Eigen::Tensor<T, R, L> all_to_all(Eigen::Tensor<T, R, L>&& x, AxisNames axes, int split_axis,
+                                    int concat_axis, const Groups& groups = {});
+  template <class T, int R, int L>
+  Eigen::Tensor<T, R, L> all_to_all(Eigen::Tensor<T, R, L>&& x, AxisNames axes, int split_axis,
+                                    int concat_axis, tiled_t, const Groups& groups = {});
+  template <class T, int R, int L>
+  Eigen::Tensor<T, R, L> ppermute(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                  const std::vector<std::pair<int, int>>& perm);
+  template <class T, int R, int L>
+  Eigen::Tensor<T, R, L> pshuffle(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
+                                  const std::vector<int>& perm);
+  template <class T, int R, int L>
+  Eigen::Tensor<T, R, L> pbroadcast(Eigen::Tensor<T, R, L>&& x, AxisNames axes, int source);
   /// @brief Elementwise axis index of the maximum (smallest index on ties), int32.
   template <class X> auto pargmax(const X& x, AxisNames axes = {});
   /// @brief Elementwise axis index of the minimum (smallest index on ties), int32.
@@ -125,6 +156,7 @@ class Context {
   const Device* device_;
   Runtime* runtime_;
   std::unique_ptr<detail::GroupInfo> group_cache_;
+  std::unique_ptr<detail::SpareBuffer> spare_;  ///< at most one, freed with the Context
 };
 
 namespace detail {
@@ -152,6 +184,24 @@ struct Access {
                                 bool equal_sizes, const char* op) {
     return c.group(axes, groups, equal_sizes, op);
   }
+  /// The spare buffer if it holds a Tensor of exactly `size` elements (then handed over),
+  /// else an empty tensor.
+  template <class Tensor>
+  static Tensor take_spare(Context& c, std::int64_t size) {
+    auto* spare = dynamic_cast<SpareOf<Tensor>*>(c.spare_.get());
+    if (spare == nullptr || spare->tensor.size() != size) return Tensor();
+    Tensor t = std::move(spare->tensor);
+    c.spare_.reset();
+    return t;
+  }
+  /// Keeps `t` as the spare buffer (replacing any other), when it is large enough for a fresh
+  /// allocation to cost more than keeping it.
+  template <class U, int R, int L>
+  static void keep_spare(Context& c, Eigen::Tensor<U, R, L>&& t) {
+    if (static_cast<std::size_t>(t.size()) * sizeof(U) < kMinSpareBytes) return;
+    c.spare_ = std::make_unique<SpareOf<Eigen::Tensor<U, R, L>>>(std::move(t));
+  }
+  static constexpr std::size_t kMinSpareBytes = 64 * 1024;
 };
 
 /// The team axis ids named by `axes` (innermost for {}); NameError for unbound names.
