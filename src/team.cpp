@@ -103,6 +103,8 @@ void Team::reset() {
     s.phase.store(0, std::memory_order_relaxed);
     s.finished.store(false, std::memory_order_relaxed);
     s.signature.store(0, std::memory_order_relaxed);
+    s.staged_signature[0].store(0, std::memory_order_relaxed);
+    s.staged_signature[1].store(0, std::memory_order_relaxed);
   }
   blocked_ = 0;
   sleepers_.store(0, std::memory_order_relaxed);
@@ -245,12 +247,17 @@ bool Team::fail(std::exception_ptr error, int member) {
   return first;
 }
 
-void Team::check_agreement(int me, std::span<const int> members, std::uint64_t target) const {
+void Team::check_agreement(int me, std::span<const int> members, std::uint64_t target,
+                           int parity) const {
+  auto signature = [parity](const Slot& s) {
+    return parity < 0 ? s.signature.load(std::memory_order_acquire)
+                      : s.staged_signature[parity].load(std::memory_order_acquire);
+  };
   const Slot& mine = slot(me);
-  const std::uint64_t sig = mine.signature.load(std::memory_order_relaxed);
+  const std::uint64_t sig = signature(mine);
   for (int m : members) {
     const Slot& s = slot(m);
-    if (s.signature.load(std::memory_order_acquire) == sig) continue;
+    if (signature(s) == sig) continue;
     // The peer's description is stable while it has not moved past this collective.
     std::string peer = s.phase.load(std::memory_order_acquire) <= target
                            ? describe_op(s)

@@ -112,8 +112,10 @@ void check_shuffle(const std::vector<int>& perm, const GroupInfo& g);
 /// pbroadcast: source in [0, n).
 void check_source(int source, const GroupInfo& g);
 
-/// The engine: publish `in`/`out`, meet the group, run `work(peer_input, sync)`, meet again
-/// so that no peer still reads our buffers when we return.
+/// The engine: publish `in`/`out`, meet the group, run `work(peer_input, peer_output, sync)`,
+/// meet again so that no peer still reads our buffers when we return. Small inputs of a
+/// collective over the whole team are published as a copy instead, which needs no second
+/// meeting (see kStagedBytes).
 template <class T, class Work>
 void rendezvous(Context& ctx, const GroupInfo& g, const char* name, OpKind kind,
                 const Shape& shape, std::initializer_list<std::int64_t> params, int phases,
@@ -126,14 +128,44 @@ void rendezvous(Context& ctx, const GroupInfo& g, const char* name, OpKind kind,
   const std::size_t len = std::min(g.axis_label.size(), sizeof(slot.axes) - 1);
   std::memcpy(slot.axes, g.axis_label.data(), len);
   slot.axes[len] = '\0';
+  const std::size_t bytes = static_cast<std::size_t>(shape.size()) * sizeof(T);
+  // Small inputs over the whole team: one barrier, peers read a copy (see kStagedBytes).
+  // Everyone agrees on this choice when they agree on the signature (shape, dtype, group).
+  const bool staged = phases == 2 && !team.distributed() && team.size() > 1 &&
+                      g.members.size() == static_cast<std::size_t>(team.size()) &&
+                      bytes <= kStagedBytes;
+  const std::uint64_t base = me.phase;
+  if (staged) {
+    // The copy and its signature (which includes the ordinal, so that a member that called
+    // something else cannot match with an older copy) are per parity: a peer may already be
+    // in the next staged collective while we read its copy of this one. The regular
+    // signature is set too, for a member that calls a collective that is not staged.
+    const std::uint64_t ordinal = me.staged++;
+    const int parity = static_cast<int>(ordinal & 1);
+    const std::uint64_t sig = (slot.desc.signature ^ g.signature) + (ordinal + 1) * 0x9e3779b97f4a7c15ULL;
+    if (!slot.staging) slot.staging = std::make_unique<Slot::Staging>();
+    if (bytes > 0) std::memcpy(slot.staging->bytes[parity], in, bytes);
+    slot.staged_signature[parity].store(sig, std::memory_order_relaxed);
+    slot.signature.store(sig, std::memory_order_release);
+    const std::span<const int> members(g.members);
+    team.arrive_and_wait(me.index, members, base + 1);
+    team.check_agreement(me.index, members, base + 1, parity);
+    auto peer = [&](int k) {
+      return reinterpret_cast<const T*>(
+          team.slot(g.members[static_cast<std::size_t>(k)]).staging->bytes[parity]);
+    };
+    auto no_out = [](int) -> void* { return nullptr; };
+    auto no_sync = [] {};
+    work(peer, no_out, no_sync);
+    me.phase = base + 1;
+    return;
+  }
   slot.in = in;
   slot.out = out;
   slot.signature.store(slot.desc.signature ^ g.signature, std::memory_order_release);
-  const std::uint64_t base = me.phase;
   if (team.distributed()) {
     // Across processes: the local devices meet, their leader exchanges every input with the
     // other processes (one MPI call per process), then each device reads what it needs.
-    const std::size_t bytes = static_cast<std::size_t>(shape.size()) * sizeof(T);
     team.arrive_and_wait(me.index, team.local_members(), base + 1);
     team.check_agreement(me.index, team.local_members(), base + 1);
     if (me.index == team.local_leader()) team.exchange_gather(me.index, bytes);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -52,6 +53,13 @@ struct AxisBinding {
 
 /// What a device is doing in a collective: enough to check that the members agree and
 /// to name the collective in error messages.
+/// Inputs up to this size are copied into the device's slot before a collective over the whole
+/// team, alternating between two copies: peers then read the copy, not the caller's buffer,
+/// and the collective needs one barrier instead of two (the one before the next such
+/// collective ensures nobody still reads a copy when it is written again). Above it, peers
+/// read the caller's buffer in place and a second barrier releases it.
+inline constexpr std::size_t kStagedBytes = 8 * 1024;
+
 struct OpDesc {
   const char* name = "";           ///< "psum"
   std::uint64_t signature = 0;     ///< kind, dtype, shape, axes, groups, parameters
@@ -71,9 +79,16 @@ struct alignas(64) Slot {
   std::atomic<std::uint64_t> signature{0};
   const void* in = nullptr;
   void* out = nullptr;
+  /// Signature of the staged collective whose copy is staging->bytes[k] (with its ordinal).
+  std::atomic<std::uint64_t> staged_signature[2] = {0, 0};
   alignas(64) const void* extra = nullptr;
   OpDesc desc;
   char axes[64] = {};
+  /// Two copies of small inputs (see kStagedBytes), allocated on first use by the owner.
+  struct alignas(64) Staging {
+    unsigned char bytes[2][kStagedBytes];
+  };
+  std::unique_ptr<Staging> staging;
   // Guarded by Team::lock_.
   alignas(64) bool suspended = false;
   tbb::task::suspend_point resume_point = nullptr;
@@ -108,8 +123,10 @@ class Team {
   /// member reached it. Throws Cancelled if another device failed, DeviceError (E14) if a
   /// member returned from its kernel or called a different collective.
   void arrive_and_wait(int me, std::span<const int> members, std::uint64_t target);
-  /// Checks that every member published the same collective signature as `me`.
-  void check_agreement(int me, std::span<const int> members, std::uint64_t target) const;
+  /// Checks that every member published the same collective signature as `me` (for a staged
+  /// collective, parity >= 0: the signature of that copy).
+  void check_agreement(int me, std::span<const int> members, std::uint64_t target,
+                       int parity = -1) const;
 
   /// The kernel of `me` returned (normally or not): peers waiting on it learn so.
   void finish(int me);
@@ -174,6 +191,7 @@ struct Member {
   Team* team = nullptr;
   int index = 0;               ///< position in the team
   std::uint64_t phase = 0;     ///< phases completed by this device
+  std::uint64_t staged = 0;    ///< staged collectives so far (which copy is next)
 };
 
 /// The device the current fiber runs (nullptr outside of kernels). Kept fiber-correct:
