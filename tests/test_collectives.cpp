@@ -4,6 +4,8 @@
 /// errors of SPEC 5, axis queries, JAX's documented examples and a halo-exchange automaton.
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -272,6 +274,54 @@ TEST_P(Collectives, DonatedChainsRecycleTheirBuffers) {
   }
   EXPECT_TRUE(tensors_equal(d5, r5));
   EXPECT_TRUE(tensors_equal(d7, r6));
+}
+
+TEST_P(Collectives, SmallAndLargeCollectivesInterleavedWithSkewedDevices) {
+  // Small collectives over the whole team read a copy and leave after one barrier, so a fast
+  // device may already publish its next copy while a slow one still reads this one. Skew the
+  // devices (a different one sleeps on each step) and interleave small ones with large (two
+  // barriers, in place) and grouped ones (a subset of the team): every result must be exact.
+  const int steps = 60;
+  F2 x = make<F2>(4, n(), 4);
+  auto f = pmap::pmap(
+      [steps](pmap::Context& ctx, auto v) {
+        const int me = ctx.axis_index("i");
+        const int N = ctx.axis_size("i");
+        int wrong = 0;
+        F1 big(16 * 1024);
+        for (int k = 0; k < steps; ++k) {
+          if (k % N == me) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          F1 small(4);
+          small.setConstant(static_cast<float>(me + k));
+          const F1 s = ctx.psum(small, "i");
+          const float want_small = static_cast<float>(N * (N - 1) / 2 + N * k);
+          if (s(0) != want_small || s(3) != want_small) ++wrong;
+          const int at = ctx.pshuffle(me, "i", [&] {
+            std::vector<int> perm;
+            for (int p = 0; p < N; ++p) perm.push_back((p + k) % N);
+            return perm;
+          }());
+          if (at != (me + k) % N) ++wrong;
+          if (k % 7 == 3) {
+            big.setConstant(static_cast<float>(me + k));
+            const F1 b = ctx.psum(big, "i");
+            const float want = static_cast<float>(N * (N - 1) / 2 + N * k);
+            if (b(0) != want || b(big.size() - 1) != want) ++wrong;
+          }
+          if (k % 5 == 1 && N % 2 == 0) {
+            pmap::Groups pairs;
+            for (int p = 0; p < N; p += 2) pairs.push_back({p, p + 1});
+            const int pair_sum = ctx.psum(me, "i", pairs);
+            if (pair_sum != (me / 2) * 4 + 1) ++wrong;
+          }
+        }
+        // The argument itself, after all of that.
+        return std::make_tuple(ctx.psum(v, "i"), wrong);
+      },
+      on_axis(rt()));
+  auto [sum, wrong] = f(x);
+  EXPECT_TRUE(tensors_near(sum, replicate(group_sum(x, iota(n())), n())));
+  for (Index p = 0; p < n(); ++p) EXPECT_EQ(wrong(p), 0) << "device " << p;
 }
 
 TEST_P(Collectives, PargmaxPargminTakeSmallestIndexOnTies) {
