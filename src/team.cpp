@@ -102,6 +102,7 @@ void Team::reset() {
     Slot& s = slot(m);
     s.phase.store(0, std::memory_order_relaxed);
     s.finished.store(false, std::memory_order_relaxed);
+    s.runner.store(nullptr, std::memory_order_relaxed);
     s.signature.store(0, std::memory_order_relaxed);
     s.staged_signature[0].store(0, std::memory_order_relaxed);
     s.staged_signature[1].store(0, std::memory_order_relaxed);
@@ -135,10 +136,24 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
     for (int i = 0; i < kSpinIterations; ++i) {
       if (cancelled()) throw Cancelled{};
       if (reached(members, target, me)) return;
+      // Spinning helps only while the devices we wait for run on other threads: not when
+      // one is suspended or queued behind us on this very thread (then each barrier would
+      // cost the whole spin budget).
+      if (i % 16 == 0 && !peers_running_elsewhere(members, target)) break;
       cpu_relax();
     }
   }
   suspend_until(me, members, target);
+}
+
+bool Team::peers_running_elsewhere(std::span<const int> members, std::uint64_t target) const {
+  for (int m : members) {
+    const Slot& s = slot(m);
+    if (s.phase.load(std::memory_order_relaxed) >= target) continue;
+    const void* r = s.runner.load(std::memory_order_relaxed);
+    if (r == &thread_tag || r == kSuspendedRunner) return false;
+  }
+  return true;
 }
 
 void Team::suspend_until(int me, std::span<const int> members, std::uint64_t target) {
@@ -178,6 +193,7 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
     }
     mine.suspended = true;
     mine.waiting = true;
+    mine.runner.store(kSuspendedRunner, std::memory_order_relaxed);
 #if PMAP_DEVICE_THREADS
     mine.awake.store(false, std::memory_order_relaxed);
     lock_.unlock();
@@ -190,6 +206,7 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
       lock_.unlock();
     });
 #endif
+    mine.runner.store(&thread_tag, std::memory_order_relaxed);
     current_device = device;
     current_run = run;
     mine.waiting = false;

@@ -217,6 +217,7 @@ class Mapped {
         Context ctx = detail::Access::make(team, index, &call.devices[i], runtime_);
         void* const previous = detail::current_device;
         detail::current_device = &ctx;
+        team->slot(index).runner.store(&detail::thread_tag, std::memory_order_relaxed);
         try {
           if (team->cancelled()) throw detail::Cancelled{};
           detail::Staging staging;

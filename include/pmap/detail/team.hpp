@@ -75,6 +75,9 @@ struct OpDesc {
 struct alignas(64) Slot {
   std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
   std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
+  /// The thread running this device (its thread_tag), kSuspendedRunner while suspended,
+  /// nullptr before it starts: a waiting peer spins only while that can help.
+  std::atomic<const void*> runner{nullptr};
   // Published before the first phase of a collective, read by peers after it.
   std::atomic<std::uint64_t> signature{0};
   const void* in = nullptr;
@@ -155,6 +158,8 @@ class Team {
 
  private:
   bool reached(std::span<const int> members, std::uint64_t target, int me);
+  /// Whether every member short of `target` is running on another thread than the caller's.
+  bool peers_running_elsewhere(std::span<const int> members, std::uint64_t target) const;
   void wake(std::span<const int> members);
   void wake_all_locked();
   void resume_locked(Slot& s);
@@ -193,6 +198,10 @@ struct Member {
   std::uint64_t phase = 0;     ///< phases completed by this device
   std::uint64_t staged = 0;    ///< staged collectives so far (which copy is next)
 };
+
+/// One byte per thread: its address tells threads apart (Slot::runner).
+inline thread_local char thread_tag = 0;
+inline const void* const kSuspendedRunner = &kSuspendedRunner;
 
 /// The device the current fiber runs (nullptr outside of kernels). Kept fiber-correct:
 /// devices set and restore it around their kernel, Team restores it after a suspension.
