@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -13,7 +11,6 @@
 #include "pmap/context.hpp"
 #include "pmap/detail/distributed.hpp"
 #include "pmap/detail/errors.hpp"
-#include "pmap/detail/memory.hpp"
 #include "pmap/distributed.hpp"
 #include "pmap/detail/pool.hpp"
 #include "pmap/logging.hpp"
@@ -110,17 +107,6 @@ int process_index() { return Runtime::global().process_index(); }
 int process_count() { return Runtime::global().process_count(); }
 
 namespace detail {
-
-void advise_huge_pages(void* data, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(data) + huge - 1) & ~(huge - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(huge - 1);
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)data, (void)bytes;
-#endif
-}
 
 void check_devices_option(const std::optional<std::vector<Device>>& devices,
                           const Runtime& runtime) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collective_util.hpp"
+#include "pmap/detail/memory.hpp"
 
 namespace {
 
@@ -274,6 +275,107 @@ TEST_P(Collectives, DonatedChainsRecycleTheirBuffers) {
   }
   EXPECT_TRUE(tensors_equal(d5, r5));
   EXPECT_TRUE(tensors_equal(d7, r6));
+}
+
+TEST_P(Collectives, DonatedBuffersServeLaterResultsAndLaterCalls) {
+  // Context::donate hands a tensor's storage back: the next results of the same type and
+  // size take the donated buffers, newest first, also in the next call of the same function.
+  const Index len = 32 * 1024;  // 128 KiB per device: large enough to be kept
+  F2 x = make<F2>(3, n(), len);
+  const auto shift = ring(n(), 1);
+  int call = 0;
+  std::vector<const void*> gathered(static_cast<std::size_t>(n()));
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, auto v) {
+        const auto me = static_cast<std::size_t>(ctx.axis_index("i"));
+        bool reused = true, emptied = true;
+        if (call == 0) {
+          F1 a = v, b = v;
+          const void* pa = a.data();
+          const void* pb = b.data();
+          ctx.donate(std::move(a));
+          ctx.donate(std::move(b));
+          F1 small(16);
+          small.setZero();
+          ctx.donate(std::move(small));  // too small to keep: freed
+          emptied = a.size() == 0 && b.size() == 0 && small.size() == 0;
+          F1 r1 = ctx.ppermute(v, "i", shift);
+          F1 r2 = ctx.ppermute(v, "i", shift);
+          reused = r1.data() == pb && r2.data() == pa;
+          F1 g = ctx.all_gather(v, "i", 0, pmap::tiled);
+          gathered[me] = g.data();
+          ctx.donate(std::move(g));
+          return std::make_tuple(r2, reused, emptied);
+        }
+        F1 g = ctx.all_gather(v, "i", 0, pmap::tiled);  // in the buffer donated last call
+        reused = g.data() == gathered[me];
+        F1 mine = g.slice(Eigen::array<Index, 1>{static_cast<Index>(me) * len},
+                          Eigen::array<Index, 1>{len});
+        return std::make_tuple(mine, reused, emptied);
+      },
+      on_axis(rt()));
+  auto [shifted, reused0, emptied0] = f(x);
+  call = 1;
+  auto [own, reused1, emptied1] = f(x);
+  for (Index p = 0; p < n(); ++p) {
+    const Index from = ((p - 1) % n() + n()) % n();
+    EXPECT_TRUE(tensors_equal(F1(part(shifted, p)), part(x, from))) << "device " << p;
+    EXPECT_TRUE(tensors_equal(F1(part(own, p)), part(x, p))) << "device " << p;
+    EXPECT_TRUE(reused0(p)) << "device " << p;
+    EXPECT_TRUE(emptied0(p)) << "device " << p;
+    EXPECT_TRUE(reused1(p)) << "device " << p;
+  }
+}
+
+TEST_P(Collectives, LargeCollectivesAtUnalignedOffsetsAreExact) {
+  // Results of 4 MiB and more are copied with streaming stores, in whole cache lines with
+  // ordinary copies around them: rows, chunks and blocks here start at every kind of offset.
+  const Index len = n() * (1048576 / n() + 5);  // > 4 MiB per device, divisible by n
+  F2 x = make<F2>(4, n(), len);
+  const auto shift = ring(n(), 1);
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, auto v) {
+        return std::make_tuple(ctx.psum(v, "i"), ctx.ppermute(v, "i", shift),
+                               ctx.all_to_all(v, "i", 0, 0, pmap::tiled),
+                               // Every device's first block: a result of len floats.
+                               ctx.all_gather(v.slice(Eigen::array<Index, 1>{0},
+                                                      Eigen::array<Index, 1>{len / ctx.axis_size()}),
+                                              "i", 0, pmap::tiled));
+      },
+      on_axis(rt()));
+  auto [sum, shifted, exchanged, gathered] = f(x);
+  const F1 s = group_sum(x, iota(n()));
+  const Index block = len / n();
+  for (Index p = 0; p < n(); ++p) {
+    EXPECT_TRUE(tensors_near(F1(part(sum, p)), s)) << "device " << p;
+    EXPECT_TRUE(tensors_equal(F1(part(shifted, p)), part(x, ((p - 1) % n() + n()) % n())))
+        << "device " << p;
+    F1 expect_exchanged(len), expect_gathered(len);
+    for (Index k = 0; k < n(); ++k)
+      for (Index j = 0; j < block; ++j) {
+        expect_exchanged(k * block + j) = x(k, p * block + j);
+        expect_gathered(k * block + j) = x(k, j);
+      }
+    EXPECT_TRUE(tensors_equal(F1(part(exchanged, p)), expect_exchanged)) << "device " << p;
+    EXPECT_TRUE(tensors_equal(F1(part(gathered, p)), expect_gathered)) << "device " << p;
+  }
+}
+
+TEST(StreamCopy, EveryOffsetAndLengthMatchesMemcpyAndStaysInBounds) {
+  const std::size_t lengths[] = {0, 1, 15, 63, 64, 65, 127, 4095, 4096 + 17, (1u << 20) + 3};
+  std::vector<unsigned char> src((1u << 20) + 256), dst(src.size() + 256);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+  for (std::size_t bytes : lengths)
+    for (std::size_t from : {0, 1, 8, 33})
+      for (std::size_t to : {0, 1, 16, 63}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        pmap::detail::stream_copy(dst.data() + 64 + to, src.data() + from, bytes);
+        const std::size_t end = 64 + to + bytes;
+        bool ok = std::memcmp(dst.data() + 64 + to, src.data() + from, bytes) == 0;
+        for (std::size_t i = 0; i < 64 + to; ++i) ok = ok && dst[i] == 0xEE;
+        for (std::size_t i = end; i < dst.size(); ++i) ok = ok && dst[i] == 0xEE;
+        EXPECT_TRUE(ok) << bytes << " bytes from +" << from << " to +" << to;
+      }
 }
 
 TEST_P(Collectives, SmallAndLargeCollectivesInterleavedWithSkewedDevices) {

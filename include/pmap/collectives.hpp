@@ -216,16 +216,21 @@ auto combine(const A& a, const B& b) {
 /// out[0, len) = op over the members' blocks src(k)[0, len) (cast to Acc); pmean divides.
 /// Works through blocks that stay in L1, so that every input is read once and `out` written
 /// once whatever the member count. With `in_place`, `out` is one of the inputs (a donated
-/// buffer): each block is then reduced in a buffer of its own before it is stored. Members
+/// buffer): unless that is safe coefficient-wise, each block is then reduced in a buffer of
+/// its own before it is stored. Members
 /// are always combined in group order, so every path gives the same bits.
 template <OpKind K, class Acc, class T, class Src>
 void reduce_block(Acc* out, std::int64_t len, int n, const Src& src, bool in_place = false) {
   constexpr std::int64_t kBlockBytes = 8192;
   constexpr std::int64_t kBlock = std::max<std::int64_t>(1, kBlockBytes / std::int64_t{sizeof(Acc)});
   alignas(64) unsigned char scratch[kBlock * sizeof(Acc)];
+  // Coefficient-wise, `out` may be the first input, or either input when there are two: each
+  // element is read before it is written. Otherwise the block goes through the scratch.
+  const bool via_scratch =
+      in_place && n > 2 && static_cast<const void*>(src(0)) != static_cast<const void*>(out);
   for (std::int64_t b = 0; b < len; b += kBlock) {
     const auto m = static_cast<Eigen::Index>(std::min(kBlock, len - b));
-    MutArrayMap<Acc> o(in_place ? reinterpret_cast<Acc*>(scratch) : out + b, m);
+    MutArrayMap<Acc> o(via_scratch ? reinterpret_cast<Acc*>(scratch) : out + b, m);
     auto in = [&](int k) { return ArrayMap<T>(src(k) + b, m).template cast<Acc>(); };
     if (n == 1)
       o = in(0);
@@ -233,7 +238,7 @@ void reduce_block(Acc* out, std::int64_t len, int n, const Src& src, bool in_pla
       o = combine<K>(in(0), in(1));
     for (int k = 2; k < n; ++k) o = combine<K>(o, in(k));
     if constexpr (K == OpKind::pmean) o /= static_cast<Acc>(n);
-    if (in_place) MutArrayMap<Acc>(out + b, m) = o;
+    if (via_scratch) MutArrayMap<Acc>(out + b, m) = o;
   }
 }
 
@@ -302,8 +307,10 @@ Result distributed_reduce(Context& ctx, const GroupInfo& g, const Operand<X>& op
   }
   team.arrive_and_wait(me.index, local, base + 3);
   team.raise_if_exchange_failed(me.index);
-  if (me.index != team.local_leader())
-    std::memcpy(result.data(), leader_out, static_cast<std::size_t>(size) * sizeof(Acc));
+  if (me.index != team.local_leader()) {
+    const auto bytes = static_cast<std::size_t>(size) * sizeof(Acc);
+    copy_run(result.data(), leader_out, bytes, streams(bytes));
+  }
   team.arrive_and_wait(me.index, local, base + 4);
   me.phase = base + 4;
   return result;
@@ -345,6 +352,7 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
   }
   if (result.data() == nullptr) result = make_result<Acc, R, L>(ctx, op.shape());
   Acc* out = result.data();
+  const bool stream = streams(static_cast<std::size_t>(size) * sizeof(Acc));
   rendezvous<T>(ctx, g, name, K, op.shape(), {static_cast<std::int64_t>(sizeof(Acc))},
                 split ? 3 : 2, op.data(), out, [&](auto& peer, auto& peer_out, auto& sync) {
                   if (!split) {
@@ -360,8 +368,9 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
                   sync();
                   for (int p = 0; p < n; ++p)
                     if (p != me)
-                      std::memcpy(out + chunk(p), static_cast<const Acc*>(peer_out(p)) + chunk(p),
-                                  static_cast<std::size_t>(chunk(p + 1) - chunk(p)) * sizeof(Acc));
+                      copy_run(out + chunk(p), static_cast<const Acc*>(peer_out(p)) + chunk(p),
+                               static_cast<std::size_t>(chunk(p + 1) - chunk(p)) * sizeof(Acc),
+                               stream);
                 });
   if (static_cast<const void*>(out) != static_cast<const void*>(op.data())) recycle(ctx, op);
   return finish_reduce<X>(std::move(result));
@@ -419,10 +428,11 @@ inline Split3 split_around(const Shape& s, int axis, int layout) {
 
 /// Copies `in` ([outer, mid, inner]) into block k of `out` ([outer, n * mid, inner]).
 template <class T>
-void place_block(T* out, const T* in, const Split3& s, int n, int k) {
+void place_block(T* out, const T* in, const Split3& s, int n, int k, bool stream) {
   const std::int64_t run = s.mid * s.inner;
   for (std::int64_t o = 0; o < s.outer; ++o)
-    std::memcpy(out + (o * n + k) * run, in + o * run, static_cast<std::size_t>(run) * sizeof(T));
+    copy_run(out + (o * n + k) * run, in + o * run, static_cast<std::size_t>(run) * sizeof(T),
+             stream);
 }
 
 /// A box inside an array: extents and element strides per dimension, in memory order (the
@@ -446,9 +456,9 @@ inline std::array<std::int64_t, kMaxRank> strides_of(const Shape& s, int layout)
 
 /// Copies a box of extents b.extent from src (strides b.src_stride) to dst (b.dst_stride):
 /// dimensions contiguous in both arrays are merged first, so that a box made of whole rows
-/// is a few large memcpy calls.
+/// is a few large memcpy calls (streamed with `stream`, see streams()).
 template <class T>
-void copy_box(T* dst, const T* src, Box b) {
+void copy_box(T* dst, const T* src, Box b, bool stream) {
   // Drop unit dimensions, then merge each dimension into the next inner one when both
   // arrays lay them out back to back.
   Box m;
@@ -495,7 +505,7 @@ void copy_box(T* dst, const T* src, Box b) {
       dof += index[d] * m.dst_stride[d];
     }
     if (contiguous) {
-      std::memcpy(dst + dof, src + so, static_cast<std::size_t>(run) * sizeof(T));
+      copy_run(dst + dof, src + so, static_cast<std::size_t>(run) * sizeof(T), stream);
     } else {
       for (std::int64_t j = 0; j < run; ++j)
         dst[dof + j * m.dst_stride[inner]] = src[so + j * m.src_stride[inner]];
@@ -512,8 +522,9 @@ void copy_box(T* dst, const T* src, Box b) {
 
 template <class T>
 void copy_or_zero(T* out, const T* in, std::int64_t size) {
+  const auto bytes = static_cast<std::size_t>(size) * sizeof(T);
   if (in)
-    std::memcpy(out, in, static_cast<std::size_t>(size) * sizeof(T));
+    copy_run(out, in, bytes, streams(bytes));
   else
     std::fill(out, out + size, T{});
 }
@@ -576,6 +587,12 @@ Eigen::Tensor<T, R, L> Context::pmin(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
   return detail::reduce<detail::OpKind::pmin, T, X>(*this, std::move(x), axes, groups, "pmin");
 }
 
+template <class T, int R, int L>
+void Context::donate(Eigen::Tensor<T, R, L>&& t) {
+  Eigen::Tensor<T, R, L> owned(std::move(t));  // t is left empty either way
+  detail::Access::keep_spare(*this, std::move(owned));
+}
+
 template <class X>
 auto Context::pargmax(const X& x, AxisNames axes) {
   return detail::arg_reduce<true>(*this, x, axes, "pargmax");
@@ -599,9 +616,11 @@ auto Context::all_gather(const X& x, AxisNames axes, int axis, const Groups& gro
   // A new axis of extent 1 at `a`, then concatenated: block k is member k's input.
   const detail::Split3 s = detail::split_around(detail::insert_axis(op.shape(), a, 1), a, L);
   T* out = result.data();
+  const bool stream = detail::streams(static_cast<std::size_t>(result.size()) * sizeof(T));
   detail::rendezvous<T>(*this, g, "all_gather", detail::OpKind::all_gather, op.shape(), {a, 0}, 2,
                         op.data(), out, [&](auto& peer, auto&, auto&) {
-                          for (int k = 0; k < n; ++k) detail::place_block(out, peer(k), s, n, k);
+                          for (int k = 0; k < n; ++k)
+                            detail::place_block(out, peer(k), s, n, k, stream);
                         });
   return result;
 }
@@ -620,9 +639,11 @@ auto Context::all_gather(const X& x, AxisNames axes, int axis, tiled_t, const Gr
   auto result = detail::make_result<T, R, L>(*this, out_shape);
   const detail::Split3 s = detail::split_around(op.shape(), a, L);
   T* out = result.data();
+  const bool stream = detail::streams(static_cast<std::size_t>(result.size()) * sizeof(T));
   detail::rendezvous<T>(*this, g, "all_gather", detail::OpKind::all_gather, op.shape(), {a, 1}, 2,
                         op.data(), out, [&](auto& peer, auto&, auto&) {
-                          for (int k = 0; k < n; ++k) detail::place_block(out, peer(k), s, n, k);
+                          for (int k = 0; k < n; ++k)
+                            detail::place_block(out, peer(k), s, n, k, stream);
                         });
   return result;
 }
@@ -742,9 +763,11 @@ auto exchange(Context& ctx, Source&& x, const AxisNames& axes, int split_axis, i
     src_offset = p * in_strides[static_cast<std::size_t>(sa)];
     dst_step = out_strides[static_cast<std::size_t>(ca)];
   }
+  const bool stream = streams(static_cast<std::size_t>(result.size()) * sizeof(T));
   rendezvous<T>(ctx, g, "all_to_all", OpKind::all_to_all, in, {sa, ca, Tiled}, 2, op.data(), out,
                 [&](auto& peer, auto&, auto&) {
-                  for (int k = 0; k < n; ++k) copy_box(out + k * dst_step, peer(k) + src_offset, box);
+                  for (int k = 0; k < n; ++k)
+                    copy_box(out + k * dst_step, peer(k) + src_offset, box, stream);
                 });
   recycle(ctx, op);
   return result;

@@ -1,8 +1,10 @@
 /// @file memory.hpp
-/// @brief Large result buffers: transparent huge pages before the first write.
+/// @brief Large result buffers: transparent huge pages before the first write, and copies
+/// that stream past the caches.
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 
 namespace pmap::detail {
 
@@ -16,6 +18,28 @@ inline constexpr std::size_t kHugePageThreshold = std::size_t{4} << 20;
 /// Calls advise_huge_pages for buffers above kHugePageThreshold.
 inline void prepare_result(void* data, std::size_t bytes) {
   if (bytes >= kHugePageThreshold) advise_huge_pages(data, bytes);
+}
+
+/// memcpy with streaming (non-temporal) stores: the destination lines go to memory without
+/// first being read into the cache (a plain copy reads every destination line before it
+/// writes it, one third more memory traffic), and without evicting the cache.
+void stream_copy(void* dst, const void* src, std::size_t bytes);
+
+/// A collective streams its copies when its result does not fit in a core's L2 anyway (the
+/// caller would read it back from memory either way): one device copying 64 MiB, 6.7 GB/s
+/// with memcpy, 9.3 GB/s streamed on the 2-vCPU VM; 4 MiB: 9.3 vs 13.8 GB/s.
+inline constexpr std::size_t kStreamBytes = std::size_t{4} << 20;
+/// Runs shorter than this are plain copies even in a streamed collective.
+inline constexpr std::size_t kStreamRunBytes = 4096;
+
+inline bool streams(std::size_t result_bytes) { return result_bytes >= kStreamBytes; }
+
+/// One run of a collective's copy: streamed when `stream` (see streams()) and long enough.
+inline void copy_run(void* dst, const void* src, std::size_t bytes, bool stream) {
+  if (stream && bytes >= kStreamRunBytes)
+    stream_copy(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
 }
 
 }  // namespace pmap::detail

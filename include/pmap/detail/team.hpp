@@ -60,6 +60,19 @@ struct AxisBinding {
 /// read the caller's buffer in place and a second barrier releases it.
 inline constexpr std::size_t kStagedBytes = 8 * 1024;
 
+/// A buffer a device no longer needs (a donated input, or a tensor passed to
+/// Context::donate), kept in the device's slot for its next result of the same type and size:
+/// a chain `v = ctx.ppermute(std::move(v), ...)` then alternates between two buffers instead
+/// of mapping fresh memory for every result, also from one call to the next.
+struct SpareBuffer {
+  virtual ~SpareBuffer() = default;
+};
+template <class Tensor>
+struct SpareOf final : SpareBuffer {
+  explicit SpareOf(Tensor&& x) : tensor(std::move(x)) {}
+  Tensor tensor;
+};
+
 struct OpDesc {
   const char* name = "";           ///< "psum"
   std::uint64_t signature = 0;     ///< kind, dtype, shape, axes, groups, parameters
@@ -76,7 +89,8 @@ struct alignas(64) Slot {
   std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
   std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
   /// The thread running this device (its thread_tag), kSuspendedRunner while suspended,
-  /// nullptr before it starts: a waiting peer spins only while that can help.
+  /// kResumingRunner once resumed until a thread continues it, nullptr before it starts: a
+  /// waiting peer spins only while that can help.
   std::atomic<const void*> runner{nullptr};
   // Published before the first phase of a collective, read by peers after it.
   std::atomic<std::uint64_t> signature{0};
@@ -92,6 +106,9 @@ struct alignas(64) Slot {
     unsigned char bytes[2][kStagedBytes];
   };
   std::unique_ptr<Staging> staging;
+  /// The owner's spare buffers, oldest first (Access::keep_spare). They outlive the call:
+  /// a Team is kept by its Mapped for the next call with the same devices.
+  std::vector<std::unique_ptr<SpareBuffer>> spares;
   // Guarded by Team::lock_.
   alignas(64) bool suspended = false;
   tbb::task::suspend_point resume_point = nullptr;
@@ -202,6 +219,8 @@ struct Member {
 /// One byte per thread: its address tells threads apart (Slot::runner).
 inline thread_local char thread_tag = 0;
 inline const void* const kSuspendedRunner = &kSuspendedRunner;
+/// Resumed by a peer, waiting for a thread to continue it (any thread of the arena may).
+inline const void* const kResumingRunner = &kResumingRunner;
 
 /// The device the current fiber runs (nullptr outside of kernels). Kept fiber-correct:
 /// devices set and restore it around their kernel, Team restores it after a suspension.
