@@ -12,13 +12,15 @@
 namespace pmap::detail {
 namespace {
 
-// Spinning helps only while every device can hold a thread, and then for long enough that a
-// oneTBB worker that went to sleep can wake up and take a device a peer has just resumed
-// (30-50 us on the 2-vCPU VM). With a shorter budget (5 us) the waiter suspends first and
-// its own thread continues the resumed peer: both devices then run on one thread, one after
-// the other (a chain of 128 MiB ppermutes on 2 devices: CPU/wall 1.04, 30 ms per ppermute;
-// with 100 us: CPU/wall 1.93, 18 ms). A wait that is still not over is a long one anyway.
-constexpr auto kSpinBudget = std::chrono::microseconds(100);
+// Spinning helps only while every device can hold a thread: a few microseconds of PAUSE
+// while the devices waited for are running elsewhere. While one of them was just resumed and
+// waits for a thread to continue it, longer: long enough for a oneTBB worker that went to
+// sleep to wake up and take it (30-50 us on the 2-vCPU VM). With the short budget there the
+// waiter suspends first and its own thread continues the resumed peer: both devices then run
+// on one thread, one after the other (a chain of 128 MiB ppermutes on 2 devices: CPU/wall
+// 1.04, 30 ms per ppermute; with 100 us: CPU/wall 1.93, 17 ms).
+constexpr int kSpinIterations = 256;
+constexpr auto kSpinWhileResuming = std::chrono::microseconds(100);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -139,30 +141,40 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
   if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
   if (reached(members, target, me)) return;
   if (may_spin_) {
-    const auto deadline = std::chrono::steady_clock::now() + kSpinBudget;
+    std::chrono::steady_clock::time_point start{};
     for (int i = 0;; ++i) {
       if (cancelled()) throw Cancelled{};
       if (reached(members, target, me)) return;
-      // Spinning helps only while the devices we wait for run (or are about to run) on
-      // other threads: not when one is suspended or queued behind us on this very thread
+      // Not when a device we wait for is suspended or queued behind us on this very thread
       // (then each barrier would cost the whole spin budget).
-      if (i % 16 == 0 && (!peers_running_elsewhere(members, target) ||
-                          std::chrono::steady_clock::now() > deadline))
-        break;
+      if (i % 16 == 0) {
+        const Peers peers = awaited_peers(members, target);
+        if (peers == Peers::blocked) break;
+        if (peers == Peers::resuming) {
+          if (start == std::chrono::steady_clock::time_point{})
+            start = std::chrono::steady_clock::now();
+          else if (std::chrono::steady_clock::now() - start > kSpinWhileResuming)
+            break;
+        } else if (i >= kSpinIterations) {
+          break;
+        }
+      }
       cpu_relax();
     }
   }
   suspend_until(me, members, target);
 }
 
-bool Team::peers_running_elsewhere(std::span<const int> members, std::uint64_t target) const {
+Team::Peers Team::awaited_peers(std::span<const int> members, std::uint64_t target) const {
+  Peers peers = Peers::running;
   for (int m : members) {
     const Slot& s = slot(m);
     if (s.phase.load(std::memory_order_relaxed) >= target) continue;
     const void* r = s.runner.load(std::memory_order_relaxed);
-    if (r == &thread_tag || r == kSuspendedRunner) return false;
+    if (r == &thread_tag || r == kSuspendedRunner) return Peers::blocked;
+    if (r == kResumingRunner) peers = Peers::resuming;
   }
-  return true;
+  return peers;
 }
 
 void Team::suspend_until(int me, std::span<const int> members, std::uint64_t target) {

@@ -175,8 +175,11 @@ class Team {
 
  private:
   bool reached(std::span<const int> members, std::uint64_t target, int me);
-  /// Whether every member short of `target` is running on another thread than the caller's.
-  bool peers_running_elsewhere(std::span<const int> members, std::uint64_t target) const;
+  /// The members short of `target`: all running (or about to start) on other threads than
+  /// the caller's; some resumed and waiting for a thread, the others running elsewhere; or
+  /// some suspended or queued on the caller's thread.
+  enum class Peers { running, resuming, blocked };
+  Peers awaited_peers(std::span<const int> members, std::uint64_t target) const;
   void wake(std::span<const int> members);
   void wake_all_locked();
   void resume_locked(Slot& s);
