@@ -139,6 +139,40 @@ class SpinBarrier {
   alignas(64) std::atomic<bool> sense_{false};
 };
 
+/// @brief Per-thread sense of a SpinBarrier, on its own cache line, kept
+/// across parallel regions.
+struct alignas(64) Sense {
+  bool value = false;
+};
+
+/// @brief `ops` chained psums of `threads` rows of `len` floats by `threads` OpenMP threads,
+/// the way pmap's psum chain runs: barrier (operands ready), every thread sums all rows of
+/// `buf[k % 2]` into its row of `buf[(k + 1) % 2]`, barrier (operands free). Each operand was
+/// just written by its owner, so the peers' rows cross cores as they do in pmap. The least a
+/// 2-phase psum with in-place reads costs.
+inline void spin_psum(SpinBarrier& barrier, std::vector<Sense>& sense, int threads,
+                      float* const buf[2], std::size_t len, int ops) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    bool& mine = sense[static_cast<std::size_t>(t)].value;
+    const auto row = static_cast<std::size_t>(t) * len;
+    for (int k = 0; k < ops; ++k) {
+      const float* in = buf[k % 2];
+      float* o = buf[(k + 1) % 2] + row;
+      barrier.arrive_and_wait(mine);
+      std::memcpy(o, in, len * sizeof(float));
+      for (int p = 1; p < threads; ++p) {
+        const float* x = in + static_cast<std::size_t>(p) * len;
+#pragma omp simd
+        for (std::size_t j = 0; j < len; ++j) o[j] += x[j];
+      }
+      benchmark::DoNotOptimize(o);
+      barrier.arrive_and_wait(mine);
+    }
+  }
+}
+
 // ---- triad: c = a + 0.5 * b -----------------------------------------------------------------
 
 /// @brief Serial triad over [begin, end), vectorised by `omp simd`.

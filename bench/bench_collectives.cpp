@@ -22,7 +22,6 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,11 +38,6 @@ using Map2 = Eigen::TensorMap<Tensor2>;
 constexpr int kLatencyOps = 100;
 constexpr std::int64_t kLatencyBytes = 8 * 1024;
 constexpr std::int64_t kBandwidthBytes = std::int64_t{256} << 20;
-
-/// Per-thread sense of a SpinBarrier, on its own cache line, kept across parallel regions.
-struct alignas(64) Sense {
-  bool value = false;
-};
 
 void label(benchmark::State& state, const char* impl, int devices, int threads,
            std::int64_t bytes) {
@@ -90,7 +84,7 @@ void latency_pmap_psum(benchmark::State& state) {
 void latency_spin_barrier(benchmark::State& state) {
   const int threads = pmap::bench::threads_for(static_cast<int>(state.range(0)));
   pmap::bench::SpinBarrier barrier(threads);
-  std::vector<Sense> sense(static_cast<std::size_t>(threads));
+  std::vector<pmap::bench::Sense> sense(static_cast<std::size_t>(threads));
   for (auto _ : state) {
 #pragma omp parallel num_threads(threads)
     {
@@ -119,31 +113,13 @@ void latency_omp_barrier(benchmark::State& state) {
 void latency_spin_psum(benchmark::State& state) {
   const int devices = static_cast<int>(state.range(0));
   const int threads = pmap::bench::threads_for(devices);
-  Tensor2 x = operands(threads, state.range(1));
-  Tensor2 out(x.dimensions());
-  const auto len = static_cast<std::size_t>(x.dimension(1));
+  Tensor2 x = operands(threads, state.range(1)), y = operands(threads, state.range(1));
+  float* const bufs[2] = {x.data(), y.data()};
   pmap::bench::SpinBarrier barrier(threads);
-  std::vector<Sense> sense(static_cast<std::size_t>(threads));
-  for (auto _ : state) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num();
-      bool& mine = sense[static_cast<std::size_t>(t)].value;
-      float* o = out.data() + static_cast<std::size_t>(t) * len;
-      for (int k = 0; k < kLatencyOps; ++k) {
-        barrier.arrive_and_wait(mine);  // every operand is published
-        const float* x0 = x.data();
-        std::memcpy(o, x0, len * sizeof(float));
-        for (int p = 1; p < threads; ++p) {
-          const float* xp = x0 + static_cast<std::size_t>(p) * len;
-#pragma omp simd
-          for (std::size_t j = 0; j < len; ++j) o[j] += xp[j];
-        }
-        benchmark::DoNotOptimize(o);
-        barrier.arrive_and_wait(mine);  // nobody reads the operands any more
-      }
-    }
-  }
+  std::vector<pmap::bench::Sense> sense(static_cast<std::size_t>(threads));
+  for (auto _ : state)
+    pmap::bench::spin_psum(barrier, sense, threads, bufs, static_cast<std::size_t>(x.dimension(1)),
+                           kLatencyOps);
   state.counters["per_op"] = pmap::bench::time_per_op(kLatencyOps);
   label(state, "spin_psum", threads, threads, state.range(1));
 }

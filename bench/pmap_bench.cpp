@@ -411,7 +411,7 @@ void psum_latency(Env& env) {
   Tensor2 buf0 = filled(t, kLatencyFloats, 0.f, t), buf1 = filled(t, kLatencyFloats, 0.f, t);
   float* const bufs[2] = {buf0.data(), buf1.data()};
   pb::SpinBarrier barrier(t), psum_barrier(t);
-  std::vector<pr::Sense> sense(static_cast<std::size_t>(t)), psum_sense(sense);
+  std::vector<pb::Sense> sense(static_cast<std::size_t>(t)), psum_sense(sense);
 
   const std::string size = "8 KiB, " + devices_threads(d, t);
   Case c("psum latency, " + size);
@@ -433,7 +433,7 @@ void psum_latency(Env& env) {
           }),
           ops);
   add_omp(c, "spin_psum", t,
-          repeat([&] { pr::spin_psum(psum_barrier, psum_sense, t, bufs, kLatencyFloats, ops); }),
+          repeat([&] { pb::spin_psum(psum_barrier, psum_sense, t, bufs, kLatencyFloats, ops); }),
           ops);
   c.measure(env.settings);
   // The target: what pmap's psum costs beyond a hand-written one (the same two barriers and
