@@ -14,11 +14,14 @@ namespace {
 
 // Spinning helps only while every device can hold a thread: a few microseconds of PAUSE
 // while the devices waited for are running elsewhere. While one of them was just resumed and
-// waits for a thread to continue it, longer: long enough for a oneTBB worker that went to
-// sleep to wake up and take it (30-50 us on the 2-vCPU VM). With the short budget there the
-// waiter suspends first and its own thread continues the resumed peer: both devices then run
-// on one thread, one after the other (a chain of 128 MiB ppermutes on 2 devices: CPU/wall
-// 1.04, 30 ms per ppermute; with 100 us: CPU/wall 1.93, 17 ms).
+// waits for a thread to continue it, longer when the devices work long between barriers: up
+// to an eighth of a phase, at most 100 us, long enough for a oneTBB worker that went to sleep
+// to wake up and take it (30-50 us on the 2-vCPU VM). Otherwise the waiter suspends first and
+// its own thread continues the resumed peer: both devices then run on one thread, one after
+// the other (a chain of 128 MiB ppermutes on 2 devices: CPU/wall 1.04, 30 ms per ppermute;
+// with the long spin: CPU/wall 1.93, 17 ms). With short phases that costs a task switch, less
+// than waiting for a worker to wake (8 KiB psums on 2 devices: 2.4-3.5 us per psum without the
+// long spin, 3.6-4.3 us and rounds of 23 us with a 100 us spin whatever the phase length).
 constexpr int kSpinIterations = 256;
 constexpr auto kSpinWhileResuming = std::chrono::microseconds(100);
 
@@ -114,6 +117,7 @@ void Team::reset() {
     s.signature.store(0, std::memory_order_relaxed);
     s.staged_signature[0].store(0, std::memory_order_relaxed);
     s.staged_signature[1].store(0, std::memory_order_relaxed);
+    s.departed = {};  // the time between calls is not a phase (phase_length is kept)
   }
   blocked_ = 0;
   sleepers_.store(0, std::memory_order_relaxed);
@@ -137,23 +141,38 @@ bool Team::reached(std::span<const int> members, std::uint64_t target, int me) {
 }
 
 void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t target) {
-  slot(me).phase.store(target, std::memory_order_seq_cst);
+  Slot& mine = slot(me);
+  mine.phase.store(target, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+  using Clock = std::chrono::steady_clock;
+  if (may_spin_) {
+    // How long this device works between barriers, on average: a peer waiting for a thread
+    // is worth a long spin only when the phases are long (see kSpinWhileResuming).
+    const Clock::time_point now = Clock::now();
+    if (mine.departed != Clock::time_point{})
+      mine.phase_length += (now - mine.departed - mine.phase_length) / 4;
+    mine.departed = now;  // the next phase starts now unless this one waits
+  }
   if (reached(members, target, me)) return;
   if (may_spin_) {
-    std::chrono::steady_clock::time_point start{};
+    const auto resuming_budget =
+        std::min<Clock::duration>(kSpinWhileResuming, mine.phase_length / 8);
+    Clock::time_point start{};
     for (int i = 0;; ++i) {
       if (cancelled()) throw Cancelled{};
-      if (reached(members, target, me)) return;
+      if (reached(members, target, me)) {
+        mine.departed = Clock::now();
+        return;
+      }
       // Not when a device we wait for is suspended or queued behind us on this very thread
       // (then each barrier would cost the whole spin budget).
       if (i % 16 == 0) {
         const Peers peers = awaited_peers(members, target);
         if (peers == Peers::blocked) break;
         if (peers == Peers::resuming) {
-          if (start == std::chrono::steady_clock::time_point{})
-            start = std::chrono::steady_clock::now();
-          else if (std::chrono::steady_clock::now() - start > kSpinWhileResuming)
+          if (start == Clock::time_point{})
+            start = Clock::now();
+          else if (Clock::now() - start > resuming_budget)
             break;
         } else if (i >= kSpinIterations) {
           break;
@@ -163,6 +182,7 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
     }
   }
   suspend_until(me, members, target);
+  if (may_spin_) mine.departed = Clock::now();
 }
 
 Team::Peers Team::awaited_peers(std::span<const int> members, std::uint64_t target) const {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -114,6 +115,9 @@ struct alignas(64) Slot {
   tbb::task::suspend_point resume_point = nullptr;
   std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on
   bool waiting = false;  ///< inside Team::wait (for error messages)
+  // Owner only (Team::arrive_and_wait, when devices may spin).
+  std::chrono::steady_clock::time_point departed{};  ///< left its previous barrier
+  std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
 };
 
 class Team {
