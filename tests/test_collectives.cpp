@@ -299,6 +299,8 @@ TEST_P(Collectives, DonatedBuffersServeLaterResultsAndLaterCalls) {
           small.setZero();
           ctx.donate(std::move(small));  // too small to keep: freed
           emptied = a.size() == 0 && b.size() == 0 && small.size() == 0;
+          // Had a or b been freed, malloc would likely hand their memory to these.
+          F1 decoy1(len), decoy2(len);
           F1 r1 = ctx.ppermute(v, "i", shift);
           F1 r2 = ctx.ppermute(v, "i", shift);
           reused = r1.data() == pb && r2.data() == pa;
@@ -307,8 +309,9 @@ TEST_P(Collectives, DonatedBuffersServeLaterResultsAndLaterCalls) {
           ctx.donate(std::move(g));
           return std::make_tuple(r2, reused, emptied);
         }
+        F1 decoy(ctx.axis_size() * len);  // takes that buffer's memory, had it been freed
         F1 g = ctx.all_gather(v, "i", 0, pmap::tiled);  // in the buffer donated last call
-        reused = g.data() == gathered[me];
+        reused = g.data() == gathered[me] && decoy.data() != gathered[me];
         F1 mine = g.slice(Eigen::array<Index, 1>{static_cast<Index>(me) * len},
                           Eigen::array<Index, 1>{len});
         return std::make_tuple(mine, reused, emptied);
