@@ -217,8 +217,8 @@ auto combine(const A& a, const B& b) {
 /// Works through blocks that stay in L1, so that every input is read once and `out` written
 /// once whatever the member count. With `in_place`, `out` is one of the inputs (a donated
 /// buffer): unless that is safe coefficient-wise, each block is then reduced in a buffer of
-/// its own before it is stored. Members
-/// are always combined in group order, so every path gives the same bits.
+/// its own before it is stored. Members are always combined in group order, so every path
+/// gives the same bits.
 template <OpKind K, class Acc, class T, class Src>
 void reduce_block(Acc* out, std::int64_t len, int n, const Src& src, bool in_place = false) {
   constexpr std::int64_t kBlockBytes = 8192;
@@ -352,7 +352,7 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
   }
   if (result.data() == nullptr) result = make_result<Acc, R, L>(ctx, op.shape());
   Acc* out = result.data();
-  const bool stream = streams(static_cast<std::size_t>(size) * sizeof(Acc));
+  const bool stream = streams_into(result);
   rendezvous<T>(ctx, g, name, K, op.shape(), {static_cast<std::int64_t>(sizeof(Acc))},
                 split ? 3 : 2, op.data(), out, [&](auto& peer, auto& peer_out, auto& sync) {
                   if (!split) {
@@ -616,7 +616,7 @@ auto Context::all_gather(const X& x, AxisNames axes, int axis, const Groups& gro
   // A new axis of extent 1 at `a`, then concatenated: block k is member k's input.
   const detail::Split3 s = detail::split_around(detail::insert_axis(op.shape(), a, 1), a, L);
   T* out = result.data();
-  const bool stream = detail::streams(static_cast<std::size_t>(result.size()) * sizeof(T));
+  const bool stream = detail::streams_into(result);
   detail::rendezvous<T>(*this, g, "all_gather", detail::OpKind::all_gather, op.shape(), {a, 0}, 2,
                         op.data(), out, [&](auto& peer, auto&, auto&) {
                           for (int k = 0; k < n; ++k)
@@ -639,7 +639,7 @@ auto Context::all_gather(const X& x, AxisNames axes, int axis, tiled_t, const Gr
   auto result = detail::make_result<T, R, L>(*this, out_shape);
   const detail::Split3 s = detail::split_around(op.shape(), a, L);
   T* out = result.data();
-  const bool stream = detail::streams(static_cast<std::size_t>(result.size()) * sizeof(T));
+  const bool stream = detail::streams_into(result);
   detail::rendezvous<T>(*this, g, "all_gather", detail::OpKind::all_gather, op.shape(), {a, 1}, 2,
                         op.data(), out, [&](auto& peer, auto&, auto&) {
                           for (int k = 0; k < n; ++k)
@@ -763,7 +763,7 @@ auto exchange(Context& ctx, Source&& x, const AxisNames& axes, int split_axis, i
     src_offset = p * in_strides[static_cast<std::size_t>(sa)];
     dst_step = out_strides[static_cast<std::size_t>(ca)];
   }
-  const bool stream = streams(static_cast<std::size_t>(result.size()) * sizeof(T));
+  const bool stream = streams_into(result);
   rendezvous<T>(ctx, g, "all_to_all", OpKind::all_to_all, in, {sa, ca, Tiled}, 2, op.data(), out,
                 [&](auto& peer, auto&, auto&) {
                   for (int k = 0; k < n; ++k)

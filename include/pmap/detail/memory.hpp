@@ -33,6 +33,11 @@ inline constexpr std::size_t kStreamBytes = std::size_t{4} << 20;
 inline constexpr std::size_t kStreamRunBytes = 4096;
 
 inline bool streams(std::size_t result_bytes) { return result_bytes >= kStreamBytes; }
+/// streams() for a result tensor.
+template <class Tensor>
+bool streams_into(const Tensor& result) {
+  return streams(static_cast<std::size_t>(result.size()) * sizeof(typename Tensor::Scalar));
+}
 
 /// One run of a collective's copy: streamed when `stream` (see streams()) and long enough.
 inline void copy_run(void* dst, const void* src, std::size_t bytes, bool stream) {
