@@ -78,6 +78,13 @@ void raise_inconsistent_sizes(const std::string& name, std::span<const LeafInfo>
                                fmt::join(lines, ";\n")));
 }
 
+void raise_empty_axis(const std::string& name, const LeafInfo& leaf) {
+  throw ValueError(fmt::format(
+      "{} cannot map an axis of size 0: axis {} of {} of type {} is empty, and a pmap needs one "
+      "device per position",
+      name, leaf.axis, leaf.path, format_typed_shape(leaf.dtype, leaf.shape)));
+}
+
 void raise_axis_size_mismatch(std::int64_t given, std::int64_t n, bool global) {
   throw ValueError(fmt::format("Specified axis_size {} doesn't match {} axis_size {}.", given,
                                global ? "global" : "received", n));

@@ -87,21 +87,37 @@ std::string check_headers(const Slot& mine, std::uint64_t bytes) {
 
 }  // namespace
 
+namespace {
+
+/// What the local devices learn when their leader left an exchange by an exception (which the
+/// leader itself reports): they must not read what it did not receive.
+std::string interrupted_exchange(const Slot& mine) {
+  return fmt::format("{} over axis {}: the exchange with the other processes did not complete",
+                     mine.desc.name, mine.axes);
+}
+
+}  // namespace
+
 void Team::exchange_gather(int me, std::size_t bytes) {
-  exchange_error_ = check_headers(slot(me), bytes);
-  if (!exchange_error_.empty()) return;
-  send_.resize(static_cast<std::size_t>(local_count_) * bytes);
-  for (int k = 0; k < local_count_; ++k)
-    std::memcpy(send_.data() + static_cast<std::size_t>(k) * bytes, slot(local_begin_ + k).in, bytes);
-  gathered_.resize(static_cast<std::size_t>(size_) * bytes);
-  mpi::allgather(send_.data(), send_.size(), gathered_.data());
+  exchange_error_ = interrupted_exchange(slot(me));
+  std::string error = check_headers(slot(me), bytes);
+  if (error.empty()) {
+    send_.resize(static_cast<std::size_t>(local_count_) * bytes);
+    for (int k = 0; k < local_count_ && bytes > 0; ++k)
+      std::memcpy(send_.data() + static_cast<std::size_t>(k) * bytes, slot(local_begin_ + k).in,
+                  bytes);
+    gathered_.resize(static_cast<std::size_t>(size_) * bytes);
+    mpi::allgather(send_.data(), send_.size(), gathered_.data());
+  }
+  exchange_error_ = std::move(error);
 }
 
 void Team::exchange_reduce(int me, void* data, std::size_t count, mpi::DType dtype,
                            mpi::ReduceOp op) {
-  exchange_error_ = check_headers(slot(me), count);
-  if (!exchange_error_.empty()) return;
-  mpi::allreduce(data, count, dtype, op);
+  exchange_error_ = interrupted_exchange(slot(me));
+  std::string error = check_headers(slot(me), count);
+  if (error.empty()) mpi::allreduce(data, count, dtype, op);
+  exchange_error_ = std::move(error);
 }
 
 void Team::raise_if_exchange_failed(int me) const {
@@ -124,7 +140,7 @@ void Team::reset() {
   cancelled_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
   error_device_ = -1;
-  child.reset();
+  child_.reset();
   exchange_error_.clear();
 }
 
@@ -138,6 +154,29 @@ bool Team::reached(std::span<const int> members, std::uint64_t target, int me) {
     return false;
   }
   return true;
+}
+
+bool Team::drained(std::span<const int> members, std::uint64_t target) const {
+  for (int m : members) {
+    const Slot& s = slot(m);
+    if (s.phase.load(std::memory_order_acquire) < target &&
+        !s.finished.load(std::memory_order_acquire))
+      return false;
+  }
+  return true;
+}
+
+void Team::drain(int me, std::span<const int> members, std::uint64_t first,
+                 std::uint64_t last) noexcept {
+  Slot& mine = slot(me);
+  for (std::uint64_t u = std::max(first, mine.phase.load(std::memory_order_relaxed)); u <= last;
+       ++u) {
+    mine.phase.store(u, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+    if (drained(members, u)) continue;
+    for (int i = 0; may_spin_ && i < kSpinIterations && !drained(members, u); ++i) cpu_relax();
+    if (!drained(members, u) && !suspend_until(me, members, u, true)) return;
+  }
 }
 
 void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t target) {
@@ -197,7 +236,8 @@ Team::Peers Team::awaited_peers(std::span<const int> members, std::uint64_t targ
   return peers;
 }
 
-void Team::suspend_until(int me, std::span<const int> members, std::uint64_t target) {
+bool Team::suspend_until(int me, std::span<const int> members, std::uint64_t target,
+                         bool draining) {
   Slot& mine = slot(me);
   void* const device = current_device;
   Run* const run = current_run;
@@ -211,23 +251,29 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       lock_.unlock();
     };
-    if (cancelled()) {
+    if (!draining && cancelled()) {
       undo();
       throw Cancelled{};
     }
     bool done = false;
     try {
-      done = reached(members, target, me);
+      done = draining ? drained(members, target) : reached(members, target, me);
     } catch (...) {
       undo();
       throw;
     }
     if (done) {
       undo();
-      return;
+      return true;
     }
     if (blocked_ + count_finished() == local_count_) {
-      // Nobody is left running who could release us: report instead of hanging.
+      // Nobody is left running who could release us. A draining device may leave: nobody
+      // reads its buffers either (the others wake when it finishes). Otherwise report
+      // instead of hanging.
+      if (draining) {
+        undo();
+        return false;
+      }
       std::string what = describe_deadlock();
       undo();
       throw DeviceError(device_id(me), what);
@@ -251,7 +297,7 @@ void Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
     current_device = device;
     current_run = run;
     mine.waiting = false;
-    if (cancelled()) throw Cancelled{};
+    if (!draining && cancelled()) throw Cancelled{};
   }
 }
 
@@ -303,7 +349,17 @@ bool Team::fail(std::exception_ptr error, int member) {
   }
   cancelled_.store(true, std::memory_order_release);
   wake_all_locked();
+  // Lock order: a parent's lock, then its child's (a child never takes its parent's).
+  if (child_) child_->fail(std::make_exception_ptr(Cancelled{}));
   return first;
+}
+
+void Team::make_child(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
+                      int num_threads) {
+  auto child = std::make_shared<Team>(size, axes, std::move(device_ids), num_threads);
+  tbb::spin_mutex::scoped_lock guard(lock_);
+  child_ = std::move(child);
+  if (cancelled()) child_->fail(std::make_exception_ptr(Cancelled{}));
 }
 
 void Team::check_agreement(int me, std::span<const int> members, std::uint64_t target,

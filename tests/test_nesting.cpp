@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <tuple>
+#include <typeinfo>
 #include <vector>
 
 #include "collective_util.hpp"
@@ -315,6 +317,127 @@ TEST(NestingErrors, UnboundNameInsideTheInnerKernel) {
       },
       on_axis(rt, "i"));
   EXPECT_TRUE(tensors_near(ok(x), sum_over(x, 0)));
+}
+
+// ---- failures after grouped collectives inside an inner call ---------------------------------
+
+TEST(NestingGrouped, GroupedAllToAllOverTheOuterNameInsideAnInnerCallOfSizeOne) {
+  // Outer axis i over 6, inner axis j over 1 (mapping the last axis, of size 1): the inner
+  // kernel exchanges halves within pairs of the outer axis, then sums over j.
+  using D3 = Tensor<double, 3, ColMajor>;
+  using D5 = Tensor<double, 5, ColMajor>;
+  const pmap::Groups pairs{{0, 4}, {5, 3}, {1, 2}};
+  for (int threads : {1, 2}) {
+    pmap::Runtime rt({.num_devices = 8, .num_threads = threads});
+    pmap::Runtime* r = &rt;
+    auto outer = pmap::pmap(
+        [r, &pairs](pmap::Context&, auto xi) {
+          auto inner = pmap::pmap(
+              [&pairs](pmap::Context& ctx, auto v) {
+                D3 t = v;
+                t = ctx.all_to_all(t, {"i"}, 2, 2, pairs);
+                return ctx.psum(t, "j");
+              },
+              pmap::in_axes(-1), pmap::out_axes(pmap::none), on_axis(*r, "j"));
+          D3 out = inner(xi);
+          return out;
+        },
+        on_axis(rt, "i"));
+    D5 x = make<D5>(11, 6, 1, 3, 2, 1);
+    std::vector<D3> parts;
+    for (Index p = 0; p < 6; ++p) {
+      D3 part3 = x.chip(p, 0).chip(0, 3);
+      parts.push_back(part3);
+    }
+    for (int call = 0; call < 3; ++call) {
+      Tensor<double, 4, ColMajor> y = outer(x);
+      ASSERT_EQ(y.dimension(0), 6);
+      for (int p = 0; p < 6; ++p) {
+        const auto [members, pos] = group_of(pairs, 6, p);
+        const D3 expect = all_to_all_ref(parts, members, pos, 2, 2);
+        const D3 got = y.chip(p, 0);
+        EXPECT_TRUE(tensors_equal(got, expect))
+            << threads << " threads, call " << call << ", device " << p;
+      }
+    }
+  }
+}
+
+TEST(NestingGrouped, UnboundNameAfterAnInnerCallWithAGroupedAllToAllIsNameError) {
+  // As above, then the outer kernel names the inner axis, which only the inner call binds:
+  // every outer device raises E11 once the inner call has returned, and the call must end
+  // with it (not wait for devices that left the inner team).
+  using D3 = Tensor<double, 3, ColMajor>;
+  using D5 = Tensor<double, 5, ColMajor>;
+  const pmap::Groups pairs{{0, 4}, {5, 3}, {1, 2}};
+  for (int threads : {1, 2}) {
+    pmap::Runtime rt({.num_devices = 8, .num_threads = threads});
+    pmap::Runtime* r = &rt;
+    auto outer = pmap::pmap(
+        [r, &pairs](pmap::Context& octx, auto xi) {
+          auto inner = pmap::pmap(
+              [&pairs](pmap::Context& ctx, auto v) {
+                D3 t = v;
+                t = ctx.all_to_all(t, {"i"}, 2, 2, pairs);
+                return ctx.psum(t, "j");
+              },
+              pmap::in_axes(-1), pmap::out_axes(pmap::none), on_axis(*r, "j"));
+          D3 out = inner(xi);
+          return octx.psum(out, "j");
+        },
+        on_axis(rt, "i"));
+    D5 x = make<D5>(12, 6, 1, 3, 2, 1);
+    for (int call = 0; call < 5; ++call) {
+      expect_throw_msg<pmap::NameError>([&] { (void)outer(x); }, "unbound axis name: j");
+      if (testing::Test::HasFailure()) {
+        ADD_FAILURE() << threads << " threads, call " << call;
+        break;
+      }
+    }
+  }
+}
+
+TEST(NestingGrouped, OuterKernelThrowingAfterAGroupedInnerPsumRethrowsItsError) {
+  // Outer axis i over 4, inner axis j over 1; the inner kernel reduces over pairs of the
+  // outer axis. After the inner call returns, every outer device (or only one) throws: the
+  // call must end with that exception, on every call.
+  for (int threads : {1, 2}) {
+    for (int thrower : {-1, 1, 3}) {
+      pmap::Runtime rt({.num_devices = 4, .num_threads = threads});
+      pmap::Runtime* r = &rt;
+      auto outer = pmap::pmap(
+          [r, thrower](pmap::Context& octx, auto xi) {
+            auto inner = pmap::pmap(
+                [](pmap::Context& ctx, auto v) { return ctx.psum(v, "i", {{0, 1}, {2, 3}}); },
+                on_axis(*r, "j"));
+            F2 s = inner(xi);
+            if (thrower < 0 || octx.axis_index("i") == thrower)
+              throw std::runtime_error("outer kernel failed after the inner call");
+            return s;
+          },
+          on_axis(rt, "i"));
+      F3 x = make<F3>(13, 4, 1, 3);
+      const std::string where = std::to_string(threads) + " threads, thrower " +
+                                std::to_string(thrower);
+      for (int call = 0; call < 30; ++call) {
+        try {
+          (void)outer(x);
+          ADD_FAILURE() << where << ", call " << call << ": nothing thrown";
+        } catch (const std::runtime_error& e) {
+          EXPECT_EQ(typeid(e), typeid(std::runtime_error))
+              << where << ", call " << call << ": got " << typeid(e).name() << " \"" << e.what()
+              << "\"";
+          EXPECT_EQ(std::string(e.what()), "outer kernel failed after the inner call")
+              << where << ", call " << call;
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << where << ", call " << call << ": got " << typeid(e).name() << " \""
+                        << e.what() << "\"";
+        }
+        if (testing::Test::HasFailure()) break;
+      }
+      if (testing::Test::HasFailure()) return;
+    }
+  }
 }
 
 }  // namespace

@@ -561,6 +561,73 @@ TEST_P(Outputs, IntoColMajorWithOutAxis) {
   EXPECT_TRUE(tensors_equal(out, expected));
 }
 
+// ---- outputs with a zero extent -----------------------------------------------------------
+// A mapped axis of positive size whose slices are empty: the results are empty tensors of the
+// right shape, and `into` accepts targets of exactly that shape.
+
+TEST_P(Outputs, IntoTargetWithAZeroExtentIsAccepted) {
+  Tensor<float, 2, RowMajor> x(ni(), 0);
+  auto f = pmap::pmap([](auto v) { return v; }, opts());
+  Tensor<float, 2, RowMajor> y = f(x);
+  EXPECT_EQ(y.dimension(0), ni());
+  EXPECT_EQ(y.dimension(1), 0);
+  Tensor<float, 2, RowMajor> out(ni(), 0);
+  EXPECT_NO_THROW(f.into(out, x));
+  EXPECT_EQ(out.dimension(0), ni());
+  EXPECT_EQ(out.dimension(1), 0);
+  // A target of another shape is still refused.
+  Tensor<float, 2, RowMajor> wrong(ni(), 1);
+  fill(wrong, -7.f);
+  (void)catch_message<pmap::ValueError>([&] { f.into(wrong, x); });
+  EXPECT_TRUE(all_equal_to(wrong, -7.f));
+
+  // out_axes none: device 0's (0,) value.
+  auto g = pmap::pmap([](auto v) { return v; }, pmap::out_axes(pmap::none), opts());
+  Tensor<float, 1, RowMajor> z = g(x);
+  EXPECT_EQ(z.dimension(0), 0);
+  Tensor<float, 1, RowMajor> out1(0);
+  EXPECT_NO_THROW(g.into(out1, x));
+
+  // ColMajor, mapped and stacked along the last axis: (0, n).
+  Tensor<double, 2, ColMajor> xc(0, ni());
+  auto h = pmap::pmap([](auto v) { return v; }, pmap::in_axes(1), pmap::out_axes(-1), opts());
+  Tensor<double, 2, ColMajor> outc(0, ni());
+  EXPECT_NO_THROW(h.into(outc, xc));
+
+  // Beside a non-empty output, which is written.
+  auto t = pmap::pmap([](auto v) { return std::make_tuple(v, 1.5f); }, opts());
+  Tensor<float, 2, RowMajor> empty_out(ni(), 0);
+  Tensor<float, 1, RowMajor> scalars(ni());
+  fill(scalars, -7.f);
+  EXPECT_NO_THROW(t.into(std::tie(empty_out, scalars), x));
+  EXPECT_TRUE(all_equal_to(scalars, 1.5f));
+}
+
+TEST_P(Outputs, AllGatherOfEmptyPerDeviceTensorsGivesEmptyResults) {
+  Tensor<float, 2, RowMajor> x(ni(), 0);
+  pmap::Options o = opts();
+  o.axis_name = "i";
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        return std::make_tuple(ctx.all_gather(v, "i"), ctx.all_gather(v, "i", 1),
+                               ctx.all_gather(v, "i", 0, pmap::tiled));
+      },
+      o);
+  auto [stacked, stacked_last, tiled] = f(x);
+  EXPECT_EQ(stacked.dimension(0), ni());
+  EXPECT_EQ(stacked.dimension(1), ni());
+  EXPECT_EQ(stacked.dimension(2), 0);
+  EXPECT_EQ(stacked_last.dimension(0), ni());
+  EXPECT_EQ(stacked_last.dimension(1), 0);
+  EXPECT_EQ(stacked_last.dimension(2), ni());
+  EXPECT_EQ(tiled.dimension(0), ni());
+  EXPECT_EQ(tiled.dimension(1), 0);
+  // Into a target of the result's shape, and again (the same buffers reused).
+  auto g = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.all_gather(v, "i"); }, o);
+  Tensor<float, 3, RowMajor> out(ni(), ni(), 0);
+  for (int call = 0; call < 3; ++call) EXPECT_NO_THROW(g.into(out, x)) << "call " << call;
+}
+
 // ---- E9: the out_axes count is part of the type ------------------------------------------
 
 TEST(OutAxesCount, OneEntryPerOutputOrOneForAll) {

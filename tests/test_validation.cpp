@@ -334,6 +334,83 @@ TEST_P(Validation, E8DevicesSizeMismatch) {
   EXPECT_EQ(runs_.load(), 0);
 }
 
+// ---- a mapped axis of size 0 -------------------------------------------------------------
+// No position, no device: a ValueError naming the empty axis, before any kernel runs.
+
+std::string empty_axis_message(const std::string& name, const std::string& where) {
+  return name + " cannot map an axis of size 0: " + where +
+         " is empty, and a pmap needs one device per position";
+}
+
+TEST_P(Validation, EmptyMappedAxisIsValueErrorNamingTheAxis) {
+  F2 x(0, 3);
+  expect_validation_error<pmap::ValueError>(
+      [&] { (void)pmap::pmap(counted(runs_), opts())(x); },
+      "pmap cannot map an axis of size 0: axis 0 of args[0] of type float32[0,3] is empty, and "
+      "a pmap needs one device per position");
+  expect_validation_error<pmap::ValueError>(
+      [&] { (void)pmap::pmap(counted(runs_), named("step"))(x); },
+      empty_axis_message("step", "axis 0 of args[0] of type float32[0,3]"));
+  F2 y(3, 0);
+  expect_validation_error<pmap::ValueError>(
+      [&] { (void)pmap::pmap(counted(runs_), pmap::in_axes(1), opts())(y); },
+      empty_axis_message("pmap", "axis 1 of args[0] of type float32[3,0]"));
+  // After a broadcast argument, and with another dtype.
+  Tensor<std::int32_t, 1> z(0);
+  expect_validation_error<pmap::ValueError>(
+      [&] { (void)pmap::pmap(counted(runs_), pmap::in_axes(pmap::none, 0), opts())(2.f, z); },
+      empty_axis_message("pmap", "axis 0 of args[1] of type int32[0]"));
+  // A leaf inside a container is named as in E5.
+  std::vector<F1> leaves{F1(0)};
+  expect_validation_error<pmap::ValueError>(
+      [&] { (void)pmap::pmap(counted(runs_), opts())(leaves); },
+      empty_axis_message("pmap", "axis 0 of args[0][0] of type float32[0]"));
+  EXPECT_EQ(runs_.load(), 0);
+  // The runtime still serves calls.
+  F1 ok = make<F1>(0, n());
+  EXPECT_EQ(pmap::pmap(counted(runs_), opts())(ok).dimension(0), ni());
+  EXPECT_EQ(runs_.load(), n());
+}
+
+TEST_P(Validation, EmptyMappedAxisWithIntoWritesNothing) {
+  F2 x(0, 3);
+  const std::string msg = empty_axis_message("pmap", "axis 0 of args[0] of type float32[0,3]");
+  auto identity = [this](auto v) {
+    runs_.fetch_add(1);
+    return v;
+  };
+  // The target the call would return, (0, 3): nothing to write, and still an error.
+  F2 out(0, 3);
+  expect_validation_error<pmap::ValueError>([&] { pmap::pmap(identity, opts()).into(out, x); }, msg);
+  // out_axes none: device 0's value would be a (3,) tensor, and there is no device 0.
+  F1 replicated(3);
+  fill(replicated, -5.f);
+  auto g = pmap::pmap(identity, pmap::out_axes(pmap::none), opts());
+  expect_validation_error<pmap::ValueError>([&] { g.into(replicated, x); }, msg);
+  EXPECT_TRUE(all_equal_to(replicated, -5.f));
+  // A tuple with a broadcast output beside it.
+  Tensor<float, 0, RowMajor> scalar;
+  scalar() = -5.f;
+  auto h = pmap::pmap(
+      [this](auto v, const auto& w) {
+        runs_.fetch_add(1);
+        return std::make_tuple(v, w(0));
+      },
+      pmap::in_axes(0, pmap::none), pmap::out_axes(0, pmap::none), opts());
+  F1 w = make<F1>(3, 4);
+  F2 mapped_out(0, 3);
+  expect_validation_error<pmap::ValueError>([&] { h.into(std::tie(mapped_out, scalar), x, w); },
+                                            msg);
+  EXPECT_EQ(scalar(), -5.f);
+  EXPECT_EQ(runs_.load(), 0);
+  // The same Mapped still serves a call with positions to map.
+  F2 y(n(), 3);
+  fill(y, 2.f);
+  g.into(replicated, y);
+  EXPECT_TRUE(all_equal_to(replicated, 2.f));
+  EXPECT_EQ(runs_.load(), n());
+}
+
 // ---- E10 ---------------------------------------------------------------------------------
 
 void expect_e10(const std::string& msg, int axis, int rank) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <complex>
+#include <exception>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -135,6 +136,7 @@ void rendezvous(Context& ctx, const GroupInfo& g, const char* name, OpKind kind,
                       g.members.size() == static_cast<std::size_t>(team.size()) &&
                       bytes <= kStagedBytes;
   const std::uint64_t base = me.phase;
+  me.phase = base + kPhasesPerCollective;  // whichever path this takes
   if (staged) {
     // The copy and its signature (which includes the ordinal, so that a member that called
     // something else cannot match with an older copy) are per parity: a peer may already be
@@ -157,43 +159,62 @@ void rendezvous(Context& ctx, const GroupInfo& g, const char* name, OpKind kind,
     auto no_out = [](int) -> void* { return nullptr; };
     auto no_sync = [] {};
     work(peer, no_out, no_sync);
-    me.phase = base + 1;
     return;
   }
+  // From here on peers read this device's buffers in place: leaving by an exception (a peer
+  // failed, the members disagree) first drains the collective's barriers (Team::drain).
   slot.in = in;
   slot.out = out;
   slot.signature.store(slot.desc.signature ^ g.signature, std::memory_order_release);
   if (team.distributed()) {
     // Across processes: the local devices meet, their leader exchanges every input with the
     // other processes (one MPI call per process), then each device reads what it needs.
-    team.arrive_and_wait(me.index, team.local_members(), base + 1);
-    team.check_agreement(me.index, team.local_members(), base + 1);
-    if (me.index == team.local_leader()) team.exchange_gather(me.index, bytes);
-    team.arrive_and_wait(me.index, team.local_members(), base + 2);
-    team.raise_if_exchange_failed(me.index);
-    auto peer = [&](int k) {
-      return reinterpret_cast<const T*>(team.gathered() +
-                                        static_cast<std::size_t>(g.members[static_cast<std::size_t>(k)]) * bytes);
-    };
-    auto no_out = [](int) -> void* { return nullptr; };
-    auto no_sync = [] {};
-    work(peer, no_out, no_sync);
-    team.arrive_and_wait(me.index, team.local_members(), base + 3);
-    me.phase = base + 3;
+    const auto local = team.local_members();
+    std::exception_ptr failure;
+    try {
+      team.arrive_and_wait(me.index, local, base + 1);
+      team.check_agreement(me.index, local, base + 1);
+      if (me.index == team.local_leader()) team.exchange_gather(me.index, bytes);
+      team.arrive_and_wait(me.index, local, base + 2);
+      if (team.cancelled()) throw Cancelled{};  // the leader may have left without exchanging
+      team.raise_if_exchange_failed(me.index);
+      auto peer = [&](int k) {
+        return reinterpret_cast<const T*>(team.gathered() +
+                                          static_cast<std::size_t>(g.members[static_cast<std::size_t>(k)]) * bytes);
+      };
+      auto no_out = [](int) -> void* { return nullptr; };
+      auto no_sync = [] {};
+      work(peer, no_out, no_sync);
+      team.arrive_and_wait(me.index, local, base + 3);
+    } catch (...) {
+      failure = std::current_exception();  // drain outside the handler: it may suspend
+    }
+    if (failure) {
+      team.drain(me.index, local, base + 1, base + 3);
+      std::rethrow_exception(failure);
+    }
     return;
   }
   const std::span<const int> members(g.members);
-  team.arrive_and_wait(me.index, members, base + 1);
-  team.check_agreement(me.index, members, base + 1);
-  int phase = 1;
-  auto peer = [&](int k) {
-    return static_cast<const T*>(team.slot(g.members[static_cast<std::size_t>(k)]).in);
-  };
-  auto peer_out = [&](int k) { return team.slot(g.members[static_cast<std::size_t>(k)]).out; };
-  auto sync = [&] { team.arrive_and_wait(me.index, members, base + ++phase); };
-  work(peer, peer_out, sync);
-  while (phase < phases) sync();
-  me.phase = base + static_cast<std::uint64_t>(phases);
+  std::exception_ptr failure;
+  try {
+    team.arrive_and_wait(me.index, members, base + 1);
+    team.check_agreement(me.index, members, base + 1);
+    int phase = 1;
+    auto peer = [&](int k) {
+      return static_cast<const T*>(team.slot(g.members[static_cast<std::size_t>(k)]).in);
+    };
+    auto peer_out = [&](int k) { return team.slot(g.members[static_cast<std::size_t>(k)]).out; };
+    auto sync = [&] { team.arrive_and_wait(me.index, members, base + ++phase); };
+    work(peer, peer_out, sync);
+    while (phase < phases) sync();
+  } catch (...) {
+    failure = std::current_exception();  // drain outside the handler: it may suspend
+  }
+  if (failure) {
+    team.drain(me.index, members, base + 1, base + static_cast<std::uint64_t>(phases));
+    std::rethrow_exception(failure);
+  }
 }
 
 // ---- elementwise reductions ----------------------------------------------------------------
@@ -281,38 +302,46 @@ Result distributed_reduce(Context& ctx, const GroupInfo& g, const Operand<X>& op
   slot.out = result.data();
   slot.signature.store(slot.desc.signature ^ g.signature, std::memory_order_release);
   const std::uint64_t base = me.phase;
+  me.phase = base + kPhasesPerCollective;
   const auto local = team.local_members();
   const int count = static_cast<int>(local.size());
   const int position = me.index - team.local_leader();
   const std::int64_t size = op.shape().size();
-  Acc* const leader_out = [&] {
+  std::exception_ptr failure;
+  try {
     team.arrive_and_wait(me.index, local, base + 1);
     team.check_agreement(me.index, local, base + 1);
-    return static_cast<Acc*>(team.slot(team.local_leader()).out);
-  }();
-  auto chunk = [&](int p) { return size * p / count; };
-  reduce_block<K == OpKind::pmean ? OpKind::psum : K, Acc, T>(
-      leader_out + chunk(position), chunk(position + 1) - chunk(position), count,
-      [&](int k) { return static_cast<const T*>(team.slot(local[static_cast<std::size_t>(k)]).in) + chunk(position); });
-  team.arrive_and_wait(me.index, local, base + 2);
-  if (me.index == team.local_leader()) {
-    constexpr mpi::ReduceOp mop = K == OpKind::pmax ? mpi::ReduceOp::max
-                                  : K == OpKind::pmin ? mpi::ReduceOp::min
-                                                      : mpi::ReduceOp::sum;
-    team.exchange_reduce(me.index, leader_out, static_cast<std::size_t>(size), mpi_dtype<Acc>(), mop);
-    if constexpr (K == OpKind::pmean) {
-      MutArrayMap<Acc> o(leader_out, static_cast<Eigen::Index>(size));
-      o /= static_cast<Acc>(g.members.size());
+    Acc* const leader_out = static_cast<Acc*>(team.slot(team.local_leader()).out);
+    auto chunk = [&](int p) { return size * p / count; };
+    reduce_block<K == OpKind::pmean ? OpKind::psum : K, Acc, T>(
+        leader_out + chunk(position), chunk(position + 1) - chunk(position), count,
+        [&](int k) { return static_cast<const T*>(team.slot(local[static_cast<std::size_t>(k)]).in) + chunk(position); });
+    team.arrive_and_wait(me.index, local, base + 2);
+    if (me.index == team.local_leader()) {
+      constexpr mpi::ReduceOp mop = K == OpKind::pmax ? mpi::ReduceOp::max
+                                    : K == OpKind::pmin ? mpi::ReduceOp::min
+                                                        : mpi::ReduceOp::sum;
+      team.exchange_reduce(me.index, leader_out, static_cast<std::size_t>(size), mpi_dtype<Acc>(), mop);
+      if constexpr (K == OpKind::pmean) {
+        MutArrayMap<Acc> o(leader_out, static_cast<Eigen::Index>(size));
+        o /= static_cast<Acc>(g.members.size());
+      }
     }
+    team.arrive_and_wait(me.index, local, base + 3);
+    if (team.cancelled()) throw Cancelled{};  // the leader may have left without reducing
+    team.raise_if_exchange_failed(me.index);
+    if (me.index != team.local_leader()) {
+      const auto bytes = static_cast<std::size_t>(size) * sizeof(Acc);
+      copy_run(result.data(), leader_out, bytes, streams(bytes));
+    }
+    team.arrive_and_wait(me.index, local, base + 4);
+  } catch (...) {
+    failure = std::current_exception();  // drain outside the handler: it may suspend
   }
-  team.arrive_and_wait(me.index, local, base + 3);
-  team.raise_if_exchange_failed(me.index);
-  if (me.index != team.local_leader()) {
-    const auto bytes = static_cast<std::size_t>(size) * sizeof(Acc);
-    copy_run(result.data(), leader_out, bytes, streams(bytes));
+  if (failure) {
+    team.drain(me.index, local, base + 1, base + 4);
+    std::rethrow_exception(failure);
   }
-  team.arrive_and_wait(me.index, local, base + 4);
-  me.phase = base + 4;
   return result;
 }
 

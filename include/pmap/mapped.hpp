@@ -170,11 +170,16 @@ class Mapped {
 
       // The team: cached for top-level calls, shared with the other outer devices if nested,
       // spanning every process's devices under MPI (this process runs [base, base + n)).
+      // Outputs and into() targets first: once a nested call joined the nesting rendezvous,
+      // it must start its inner devices, which its peers' inner devices may wait for.
+      detail::CallInfo call;
+      call.n = n;
+      Outputs outputs(call, out_);
+      if constexpr (!std::is_same_v<Target, std::nullptr_t>) outputs.bind(*target);
+
       std::shared_ptr<detail::Team> child;
       detail::Team* team = nullptr;
       int base = 0;
-      detail::CallInfo call;
-      call.n = n;
       if (outer) {
         child = detail::join_nested(*outer, n, &options_.axis_name, *runtime_);
         team = child.get();
@@ -207,9 +212,6 @@ class Mapped {
           if (cached) self->cache_.give(team);
         }
       } release{this, team, !outer};
-
-      Outputs outputs(call, out_);
-      if constexpr (!std::is_same_v<Target, std::nullptr_t>) outputs.bind(*target);
 
       void* const caller_device = detail::current_device;
       runtime_->pool().run(n, [&](int i) {
@@ -288,6 +290,7 @@ class Mapped {
     if constexpr (M::all_none) detail::raise_all_none(options_.name);
     if (survey.mapped_leaves == 0) detail::raise_no_mapped_leaf();
     if (survey.sizes_differ) detail::raise_inconsistent_sizes(options_.name, leaves(args...));
+    if (survey.n == 0) detail::raise_empty_axis(options_.name, leaves(args...).front());
     return static_cast<int>(survey.n);
   }
 

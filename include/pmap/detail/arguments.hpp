@@ -190,7 +190,7 @@ auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
       if (a != d) ((L == Eigen::RowMajor) == (a < d) ? outer : inner) *= dims[a];
     T* buf = staging.allocate<T>(slice);
     const T* src = leaf.data() + inner * i;
-    for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t o = 0; o < outer && inner > 0; ++o)  // no memcpy on an empty leaf's nullptr
       std::memcpy(buf + o * inner, src + o * inner * dims[d],
                   static_cast<std::size_t>(inner) * sizeof(T));
     return Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>(buf, vdims);

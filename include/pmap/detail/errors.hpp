@@ -26,6 +26,8 @@ struct LeafInfo {
 [[noreturn]] void raise_no_mapped_leaf();                                         // E4b
 [[noreturn]] void raise_inconsistent_sizes(const std::string& name,
                                            std::span<const LeafInfo> leaves);     // E5
+/// The mapped axis has size 0: there is no device to run (and no output shape to return).
+[[noreturn]] void raise_empty_axis(const std::string& name, const LeafInfo& leaf);
 [[noreturn]] void raise_axis_size_mismatch(std::int64_t given, std::int64_t n,
                                            bool global);                          // E6
 [[noreturn]] void raise_too_many_devices(std::int64_t needed, int available);     // E7

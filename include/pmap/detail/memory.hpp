@@ -40,7 +40,9 @@ bool streams_into(const Tensor& result) {
 }
 
 /// One run of a collective's copy: streamed when `stream` (see streams()) and long enough.
+/// Empty runs return at once: an empty tensor's data() is nullptr, which memcpy must not see.
 inline void copy_run(void* dst, const void* src, std::size_t bytes, bool stream) {
+  if (bytes == 0) return;
   if (stream && bytes >= kStreamRunBytes)
     stream_copy(dst, src, bytes);
   else

@@ -181,8 +181,10 @@ class Sink<O, int> {
     using TT = tensor_leaf<std::remove_cvref_t<Target>>;
     target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
     target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
-    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R + 1 && TT::layout == L)
-      data_ = target.data();
+    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R + 1 && TT::layout == L) {
+      data_ = target.data();  // nullptr for an empty target, which is still a valid one
+      target_typed_ = true;
+    }
     bound_ = true;
     if constexpr (R == 0) check_target(Shape{});
   }
@@ -243,7 +245,7 @@ class Sink<O, int> {
   /// for a device output of shape s.
   void check_target(const Shape& s) const {
     const Shape expected = insert_axis(s, axis_, call_.n);
-    if (!data_ || !(expected == target_shape_))
+    if (!target_typed_ || !(expected == target_shape_))
       raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), expected, target_dtype_.c_str(),
                           target_shape_);
   }
@@ -257,6 +259,7 @@ class Sink<O, int> {
   Shape full_, shape_;
   int owner_ = 0;
   bool bound_ = false;
+  bool target_typed_ = false;  ///< the bound target has this output's scalar, rank and layout
   bool target_rejected_ = false;
   Shape target_shape_;
   std::string target_dtype_;
@@ -283,8 +286,10 @@ class Sink<O, none_t> {
     target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
     target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
     bound_ = true;
-    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R && TT::layout == L)
-      target_ = target.data();
+    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R && TT::layout == L) {
+      target_ = target.data();  // nullptr for an empty target, which is still a valid one
+      target_typed_ = true;
+    }
   }
 
   template <class V>
@@ -314,7 +319,7 @@ class Sink<O, none_t> {
           if (!(a[k] == b[k]) && !(a[k] != a[k] && b[k] != b[k])) raise_not_replicated(index_, i);
       }
     if (bound_) {
-      if (!target_ || !(target_shape_ == s0))
+      if (!target_typed_ || !(target_shape_ == s0))
         raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), s0, target_dtype_.c_str(),
                             target_shape_);
       std::copy(first.data(), first.data() + s0.size(), target_);
@@ -328,6 +333,7 @@ class Sink<O, none_t> {
   std::vector<Result> values_;
   T* target_ = nullptr;
   bool bound_ = false;
+  bool target_typed_ = false;
   Shape target_shape_;
   std::string target_dtype_;
 };

@@ -49,6 +49,7 @@ class Pool {
   /// part. Safe to call from inside a device (nesting).
   template <class Body>
   void run(int n, const Body& body) {
+    if (n <= 0) return;
 #if PMAP_DEVICE_THREADS
     std::vector<std::thread> threads;
     threads.reserve(static_cast<std::size_t>(n));

@@ -45,6 +45,15 @@ struct Cancelled {};
 
 inline constexpr int kMaxAxes = 8;
 
+/// Every collective advances its members' phase counters by this much, whatever path it
+/// takes (staged: 1 barrier, in place: 2, split reduction: 3, across processes: 3 or 4; the
+/// nesting rendezvous: 3). The members of one group take the same path, but the groups of one
+/// grouped collective may not (another operand size, another group size): were each to count
+/// only its own barriers, the devices would disagree on where the team stands in the next
+/// collective over all of them, and a device would take a peer's barrier of the previous
+/// collective for this one and read its buffers while they are being overwritten.
+inline constexpr std::uint64_t kPhasesPerCollective = 4;
+
 /// One named axis bound by an enclosing pmap.
 /// The team owns the names: an inner Mapped may die before the other devices finish.
 struct AxisBinding {
@@ -147,6 +156,14 @@ class Team {
   /// member reached it. Throws Cancelled if another device failed, DeviceError (E14) if a
   /// member returned from its kernel or called a different collective.
   void arrive_and_wait(int me, std::span<const int> members, std::uint64_t target);
+  /// Leaves a collective that `me` abandons by an exception after publishing its buffers:
+  /// goes on arriving at the collective's barriers [first, last] without doing its work,
+  /// each time until every member arrived there too or returned from its kernel, so that no
+  /// peer still reads the buffers when the caller unwinds and frees them. Ignores
+  /// cancellation (every member drains the same way); returns early only when no local
+  /// device is left running at all (then nobody can be reading).
+  void drain(int me, std::span<const int> members, std::uint64_t first,
+             std::uint64_t last) noexcept;
   /// Checks that every member published the same collective signature as `me` (for a staged
   /// collective, parity >= 0: the signature of that copy).
   void check_agreement(int me, std::span<const int> members, std::uint64_t target,
@@ -174,11 +191,18 @@ class Team {
   void raise_if_exchange_failed(int me) const;
   const unsigned char* gathered() const { return gathered_.data(); }
 
-  /// Nested pmap: the child team of the current nesting rendezvous (published by its leader).
-  std::shared_ptr<Team> child;
+  /// Nested pmap, leader of the nesting rendezvous only: creates the child team of outer x
+  /// inner devices. A child of a cancelled team starts cancelled, and fail() cancels the
+  /// current child, so that inner devices never wait for peers whose outer device left.
+  void make_child(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
+                  int num_threads);
+  /// The child team of the current nesting rendezvous (after its second barrier).
+  std::shared_ptr<Team> child() const { return child_; }
 
  private:
   bool reached(std::span<const int> members, std::uint64_t target, int me);
+  /// Every member arrived at `target` or returned from its kernel (Team::drain).
+  bool drained(std::span<const int> members, std::uint64_t target) const;
   /// The members short of `target`: all running (or about to start) on other threads than
   /// the caller's; some resumed and waiting for a thread, the others running elsewhere; or
   /// some suspended or queued on the caller's thread.
@@ -188,7 +212,10 @@ class Team {
   void wake_all_locked();
   void resume_locked(Slot& s);
   int count_finished() const;
-  void suspend_until(int me, std::span<const int> members, std::uint64_t target);
+  /// Suspends `me` until the members reached `target`. While draining: until drained(), and
+  /// returns false instead of throwing when no local device is left running.
+  bool suspend_until(int me, std::span<const int> members, std::uint64_t target,
+                     bool draining = false);
   [[noreturn]] void raise_stuck(int me, std::span<const int> members, std::uint64_t target,
                                 int returned) const;
   std::string describe_deadlock() const;
@@ -213,6 +240,7 @@ class Team {
   int blocked_ = 0;                 // guarded by lock_
   std::exception_ptr error_;        // written once under lock_, read after the join
   int error_device_ = -1;
+  std::shared_ptr<Team> child_;     // written under lock_ by the nesting leader
 };
 
 /// A device's place in a team, and the per-device sequence of collectives.
