@@ -2,7 +2,8 @@
 # Builds and runs the whole test suite on a Debian 12 machine:
 #   1. release build (warnings as errors) and its tests,
 #   2. the installed package, consumed by tests/package through find_package(pmap),
-#   3. an ASan + UBSan build of the tests and its tests.
+#   3. an ASan + UBSan build of the tests and its tests,
+#   4. a ThreadSanitizer build of the tests and its tests.
 # Installs missing Debian packages first. Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -64,5 +65,13 @@ step "asan: tests"
 # oneTBB suspends tasks on fibers) are set on every test by tests/CMakeLists.txt.
 ctest --preset ci-asan --parallel "${jobs}"
 
+step "tsan: configure and build (tests only)"
+configure --preset ci-tsan
+cmake --build --preset ci-tsan --parallel "${jobs}"
+
+step "tsan: tests"
+# Devices run on threads here (PMAP_DEVICE_THREADS): TSan cannot follow oneTBB's fibers.
+ctest --preset ci-tsan --parallel "${jobs}"
+
 step "done"
-echo "pmap: all tests passed (release, package consumer, asan+ubsan) in $((SECONDS - start))s"
+echo "pmap: all tests passed (release, package consumer, asan+ubsan, tsan) in $((SECONDS - start))s"

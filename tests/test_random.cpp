@@ -1,0 +1,901 @@
+/// @file test_random.cpp
+/// @brief A randomized differential test of the collective engine: seeded random programs
+/// (a device count, a thread count and a sequence of collectives over random groups and
+/// operand sizes) run by pmap and by a serial model of the same semantics (SPEC 2.3, 8.5),
+/// compared exactly.
+///
+/// Every device holds a 1-D state. A step builds the device's operand from its state
+/// (deterministically, with a length the step fixes for the device's group), runs one
+/// collective, poisons the operand as soon as the collective returns and the result as soon
+/// as it has become the new state, so that a peer that reads either one too late hands
+/// somebody a wrong value. The kernel returns a fixed-size summary per device: the final
+/// state's size and sum and a checksum of the state after every step, so that a failure
+/// names the first step and device that differ from the model. Each device also records its
+/// checksums outside the call as it goes, so that a call that ends in an error still says
+/// whether some state was already wrong before it. Each program runs 2-3 calls on one Mapped.
+///
+/// Operand sizes land on each protocol path of include/pmap/collectives.hpp: at most 8 KiB
+/// per device (staged, whole-axis collectives), up to 64 KiB (in place) and 64 KiB or more
+/// (split reductions, groups of two or more); a grouped reduction gives its groups different
+/// sizes, most often one group split and another not, so that the groups take paths with
+/// different numbers of barriers and the collectives after them must still line up. Values
+/// are small integers (exact in float32 in any order of summation). A step sometimes repeats
+/// the previous collective with new data: a device that lost count of the barriers then meets
+/// peers whose signatures match, and reads data that is not there yet instead of failing the
+/// agreement check.
+///
+/// Reproducing a failure: the message prints the program's seed and the whole program; a
+/// program is a function of its seed and of its TEST's GenConfig only. A program that hangs
+/// is printed by a watchdog, which then aborts the binary.
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "collective_util.hpp"
+
+// Sanitizer builds (ASan + UBSan, TSan) run about ten times slower and run every device on a
+// thread of its own: fewer programs and smaller operands there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PMAP_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PMAP_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef PMAP_TEST_SANITIZED
+#define PMAP_TEST_SANITIZED 0
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define PMAP_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PMAP_TEST_TSAN 1
+#endif
+#endif
+#ifndef PMAP_TEST_TSAN
+#define PMAP_TEST_TSAN 0
+#endif
+
+namespace {
+
+using namespace coll_test;
+
+constexpr bool kSanitized = PMAP_TEST_SANITIZED != 0;
+
+/// Elements (4 bytes each) per device of each size class.
+constexpr Index kSmallMax = 2048;                         // 8 KiB: staged over the whole axis
+constexpr Index kMediumMax = 16383;                       // < 64 KiB: in place
+constexpr Index kLargeMin = 16384;                        // 64 KiB: split (reductions)
+constexpr Index kLargeMax = kSanitized ? 17000 : 30000;   // up to 117 KiB
+
+/// What poisoned buffers hold: far outside the values of any correct state (|v| < 10^5).
+constexpr int kPoison = -12345;
+
+/// How long one program may run before the watchdog reports it as hung and aborts.
+constexpr auto kHangLimit = std::chrono::seconds(kSanitized ? 60 : 20);
+
+// ---- programs ------------------------------------------------------------------------------
+
+enum class Kind { psum, pmax, pmin, pmean, all_gather, all_gather_tiled, ppermute, psum_scatter, all_to_all };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::psum: return "psum";
+    case Kind::pmax: return "pmax";
+    case Kind::pmin: return "pmin";
+    case Kind::pmean: return "pmean";
+    case Kind::all_gather: return "all_gather";
+    case Kind::all_gather_tiled: return "all_gather(tiled)";
+    case Kind::ppermute: return "ppermute";
+    case Kind::psum_scatter: return "psum_scatter(tiled)";
+    case Kind::all_to_all: return "all_to_all(tiled)";
+  }
+  return "?";
+}
+
+bool is_reduction(Kind k) {
+  return k == Kind::psum || k == Kind::pmax || k == Kind::pmin || k == Kind::pmean;
+}
+
+/// One collective of a program.
+struct Step {
+  Kind kind = Kind::psum;
+  pmap::Groups groups;                    ///< {} = the whole axis
+  std::vector<Index> lengths;             ///< operand length per group (one for {})
+  std::vector<std::pair<int, int>> perm;  ///< ppermute's (source, destination) pairs
+  bool donate = false;                    ///< reductions: the operand is moved in
+  int late = -1;                          ///< a device that arrives late (-1: none)
+  std::vector<int> group_of;              ///< device -> index of its group
+  std::vector<int> position;              ///< device -> its position in its group
+
+  int group_size(int p) const {
+    return groups.empty() ? static_cast<int>(group_of.size())
+                          : static_cast<int>(groups[static_cast<std::size_t>(group_of[static_cast<std::size_t>(p)])].size());
+  }
+  Index length(int p) const {
+    return lengths[static_cast<std::size_t>(group_of[static_cast<std::size_t>(p)])];
+  }
+  std::vector<int> members(int p) const {
+    return groups.empty() ? iota(static_cast<int>(group_of.size()))
+                          : groups[static_cast<std::size_t>(group_of[static_cast<std::size_t>(p)])];
+  }
+};
+
+struct Program {
+  std::uint64_t seed = 0;
+  int n = 1;
+  int threads = 1;
+  bool integers = false;  ///< int32 states (else float32)
+  int calls = 2;
+  std::vector<Step> steps;
+
+  std::string describe() const;
+};
+
+std::string groups_string(const pmap::Groups& groups) {
+  std::ostringstream s;
+  s << "{";
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    s << (g ? ", " : "") << "{";
+    for (std::size_t k = 0; k < groups[g].size(); ++k) s << (k ? "," : "") << groups[g][k];
+    s << "}";
+  }
+  s << "}";
+  return s.str();
+}
+
+std::string Program::describe() const {
+  std::ostringstream s;
+  s << "program seed=" << seed << " n=" << n << " threads=" << threads
+    << " dtype=" << (integers ? "int32" : "float32") << " calls=" << calls << " steps:";
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const Step& st = steps[k];
+    s << "\n    " << k << ": " << kind_name(st.kind);
+    if (st.kind == Kind::ppermute) {
+      s << " perm={";
+      for (std::size_t j = 0; j < st.perm.size(); ++j)
+        s << (j ? "," : "") << "(" << st.perm[j].first << "," << st.perm[j].second << ")";
+      s << "}";
+    } else {
+      s << " groups=" << (st.groups.empty() ? std::string("whole axis") : groups_string(st.groups));
+    }
+    s << " lengths={";
+    for (std::size_t j = 0; j < st.lengths.size(); ++j) s << (j ? "," : "") << st.lengths[j];
+    s << "}";
+    if (st.donate) s << " donated";
+    if (st.late >= 0) s << " late=" << st.late;
+  }
+  return s.str();
+}
+
+/// What the generator draws: the kinds of step (weights), device and thread counts.
+struct GenConfig {
+  int min_n = 1;
+  int max_n = 8;
+  int max_threads = 3;
+  bool grouped_focus = false;  ///< mostly grouped reductions and whole-axis collectives
+};
+
+using Rng = std::mt19937_64;
+
+int uniform(Rng& rng, int lo, int hi) {  // [lo, hi]
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+Index uniform_index(Rng& rng, Index lo, Index hi) {
+  return std::uniform_int_distribution<Index>(lo, hi)(rng);
+}
+bool chance(Rng& rng, double p) { return std::bernoulli_distribution(p)(rng); }
+
+enum class SizeClass { small, medium, large };
+
+/// A length of the class, a multiple of `multiple` (which divides psum_scatter / all_to_all
+/// operands into their group's blocks).
+Index draw_length(Rng& rng, SizeClass c, Index multiple) {
+  Index lo = 1, hi = kSmallMax;
+  if (c == SizeClass::small) {
+    if (chance(rng, 0.35)) hi = 64;
+  } else if (c == SizeClass::medium) {
+    lo = kSmallMax + 1;
+    hi = kMediumMax;
+  } else {
+    lo = kLargeMin;
+    hi = kLargeMax;
+  }
+  Index len = uniform_index(rng, lo, hi) / multiple * multiple;
+  if (len < lo) len += multiple;
+  return len;
+}
+
+SizeClass draw_class(Rng& rng) { return static_cast<SizeClass>(uniform(rng, 0, 2)); }
+
+/// A random partition of [0, n) into groups of possibly unequal sizes, members shuffled.
+pmap::Groups random_partition(Rng& rng, int n) {
+  std::vector<int> order = iota(n);
+  std::shuffle(order.begin(), order.end(), rng);
+  const int count = n == 1 ? 1 : uniform(rng, 2, n);
+  std::vector<int> cuts(static_cast<std::size_t>(n - 1));
+  for (int k = 0; k < n - 1; ++k) cuts[static_cast<std::size_t>(k)] = k + 1;
+  std::shuffle(cuts.begin(), cuts.end(), rng);
+  cuts.resize(static_cast<std::size_t>(count - 1));
+  std::sort(cuts.begin(), cuts.end());
+  cuts.push_back(n);
+  pmap::Groups groups;
+  int begin = 0;
+  for (int end : cuts) {
+    groups.emplace_back(order.begin() + begin, order.begin() + end);
+    begin = end;
+  }
+  return groups;
+}
+
+/// A random partition of [0, n) into groups of one size (a divisor of n), members shuffled.
+pmap::Groups equal_partition(Rng& rng, int n) {
+  std::vector<int> divisors;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) divisors.push_back(d);
+  const int size = divisors[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(divisors.size()) - 1))];
+  std::vector<int> order = iota(n);
+  std::shuffle(order.begin(), order.end(), rng);
+  pmap::Groups groups;
+  for (int b = 0; b < n; b += size) groups.emplace_back(order.begin() + b, order.begin() + b + size);
+  return groups;
+}
+
+/// Fills in group_of and position.
+void index_groups(Step& st, int n) {
+  st.group_of.assign(static_cast<std::size_t>(n), 0);
+  st.position = iota(n);
+  for (std::size_t g = 0; g < st.groups.size(); ++g)
+    for (std::size_t k = 0; k < st.groups[g].size(); ++k) {
+      st.group_of[static_cast<std::size_t>(st.groups[g][k])] = static_cast<int>(g);
+      st.position[static_cast<std::size_t>(st.groups[g][k])] = static_cast<int>(k);
+    }
+}
+
+/// Per-group lengths for a grouped step: classes drawn per group, and most often one group
+/// large and another not, so that one group splits while another does not.
+std::vector<Index> group_lengths(Rng& rng, const pmap::Groups& groups, bool equal_multiple) {
+  std::vector<SizeClass> classes;
+  for (std::size_t g = 0; g < groups.size(); ++g) classes.push_back(draw_class(rng));
+  if (groups.size() >= 2 && chance(rng, 0.8)) {
+    // Prefer a group of two or more for the large one: a singleton never splits.
+    std::vector<int> multi;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      if (groups[g].size() >= 2) multi.push_back(static_cast<int>(g));
+    const int big = multi.empty() ? uniform(rng, 0, static_cast<int>(groups.size()) - 1)
+                                  : multi[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(multi.size()) - 1))];
+    int other = uniform(rng, 0, static_cast<int>(groups.size()) - 2);
+    if (other >= big) ++other;
+    classes[static_cast<std::size_t>(big)] = SizeClass::large;
+    classes[static_cast<std::size_t>(other)] = chance(rng, 0.5) ? SizeClass::small : SizeClass::medium;
+  }
+  std::vector<Index> lengths;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    lengths.push_back(draw_length(rng, classes[g],
+                                  equal_multiple ? static_cast<Index>(groups[g].size()) : 1));
+  return lengths;
+}
+
+Program generate(std::uint64_t seed, const GenConfig& cfg) {
+  Rng rng(seed);
+  Program prog;
+  prog.seed = seed;
+  prog.n = uniform(rng, cfg.min_n, cfg.max_n);
+  prog.threads = uniform(rng, 1, cfg.max_threads);
+  prog.integers = chance(rng, 0.35);
+  prog.calls = uniform(rng, 2, 3);
+  const int n = prog.n;
+  const int count = uniform(rng, 4, 12);  // at most kMaxSteps
+
+  // Weights of the step kinds: grouped reductions, whole-axis reductions, gathers, ...
+  enum Pick { grouped_reduce, whole_psum, whole_pmax, one_shuffled_group, gather_whole,
+              gather_grouped, permute, scatter_whole, scatter_grouped, a2a_whole, a2a_grouped,
+              picks };
+  std::vector<double> weights(picks, 0.0);
+  if (cfg.grouped_focus) {
+    weights[grouped_reduce] = 50;
+    weights[whole_psum] = 20;
+    weights[whole_pmax] = 5;
+    weights[gather_whole] = 8;
+    weights[permute] = 12;
+    weights[scatter_whole] = 5;
+  } else {
+    weights[grouped_reduce] = 28;
+    weights[whole_psum] = 12;
+    weights[whole_pmax] = 6;
+    weights[one_shuffled_group] = 3;
+    weights[gather_whole] = 8;
+    weights[gather_grouped] = 6;
+    weights[permute] = 11;
+    weights[scatter_whole] = 8;
+    weights[scatter_grouped] = 3;
+    weights[a2a_whole] = 8;
+    weights[a2a_grouped] = 3;
+  }
+  std::discrete_distribution<int> pick(weights.begin(), weights.end());
+
+  for (int s = 0; s < count; ++s) {
+    Step st;
+    // Sometimes the previous collective again (new data): a device that has lost count of
+    // the barriers then meets peers whose signature matches, and reads what is not there yet.
+    if (s > 0 && chance(rng, 0.2)) {
+      st = prog.steps.back();
+      st.donate = is_reduction(st.kind) && chance(rng, 0.3);
+      st.late = chance(rng, 0.3) ? uniform(rng, 0, n - 1) : -1;
+      prog.steps.push_back(std::move(st));
+      continue;
+    }
+    const int what = pick(rng);
+    switch (what) {
+      case grouped_reduce: {
+        const int r = uniform(rng, 0, 9);
+        st.kind = r < 5 ? Kind::psum : r < 7 ? Kind::pmax : r < 8 ? Kind::pmin : Kind::pmean;
+        st.groups = random_partition(rng, n);
+        st.lengths = group_lengths(rng, st.groups, false);
+        break;
+      }
+      case whole_psum:
+      case whole_pmax:
+        st.kind = what == whole_psum ? Kind::psum : Kind::pmax;
+        st.lengths = {draw_length(rng, draw_class(rng), 1)};
+        break;
+      case one_shuffled_group: {  // the whole axis as one explicit group, in another order
+        st.kind = chance(rng, 0.5) ? Kind::psum : Kind::pmin;
+        st.groups = {iota(n)};
+        std::shuffle(st.groups[0].begin(), st.groups[0].end(), rng);
+        st.lengths = {draw_length(rng, draw_class(rng), 1)};
+        break;
+      }
+      case gather_whole:
+        st.kind = chance(rng, 0.5) ? Kind::all_gather : Kind::all_gather_tiled;
+        st.lengths = {draw_length(rng, draw_class(rng), 1)};
+        break;
+      case gather_grouped:
+        st.kind = chance(rng, 0.5) ? Kind::all_gather : Kind::all_gather_tiled;
+        st.groups = equal_partition(rng, n);
+        st.lengths = group_lengths(rng, st.groups, false);
+        break;
+      case permute: {
+        st.kind = Kind::ppermute;
+        std::vector<int> destinations = iota(n);
+        std::shuffle(destinations.begin(), destinations.end(), rng);
+        const double keep = uniform(rng, 0, 2) == 0 ? 1.0 : 0.6;
+        std::size_t next = 0;
+        for (int src = 0; src < n; ++src)
+          if (chance(rng, keep)) st.perm.emplace_back(src, destinations[next++]);
+        std::shuffle(st.perm.begin(), st.perm.end(), rng);
+        st.lengths = {draw_length(rng, draw_class(rng), 1)};
+        break;
+      }
+      case scatter_whole:
+      case a2a_whole:
+        st.kind = what == scatter_whole ? Kind::psum_scatter : Kind::all_to_all;
+        st.lengths = {draw_length(rng, draw_class(rng), n)};
+        break;
+      case scatter_grouped:
+      case a2a_grouped:
+        st.kind = what == scatter_grouped ? Kind::psum_scatter : Kind::all_to_all;
+        st.groups = equal_partition(rng, n);
+        st.lengths = group_lengths(rng, st.groups, true);
+        break;
+      default:
+        break;
+    }
+    st.donate = is_reduction(st.kind) && chance(rng, 0.3);
+    st.late = chance(rng, 0.3) ? uniform(rng, 0, n - 1) : -1;
+    index_groups(st, n);
+    prog.steps.push_back(std::move(st));
+  }
+  return prog;
+}
+
+// ---- what kernel and model share: operands, states, checksums -------------------------------
+
+/// Summary entries: final size, final sum, then a checksum of the state after each step.
+constexpr int kMaxSteps = 12;
+constexpr Index kSummary = 2 + kMaxSteps;
+
+std::int64_t wrap(std::int64_t v) { return ((v % 1999) + 1999) % 1999 - 999; }  // [-999, 999]
+
+/// A value as an integer (garbage floats read as a sentinel, not as undefined behaviour).
+template <class U>
+std::int64_t to_i64(U v) {
+  if constexpr (std::is_floating_point_v<U>) {
+    if (!(v > -1e15 && v < 1e15)) return 777777777;
+    return static_cast<std::int64_t>(v);
+  } else {
+    return static_cast<std::int64_t>(v);
+  }
+}
+
+/// op[0, len) from state[0, size): every state element contributes (folded modulo len), kept
+/// in [-999, 999], times `mult` (pmean's group size, so that its result is an integer).
+template <class T>
+void fill_operand(const T* state, Index size, T* op, Index len, std::int64_t salt, int mult) {
+  for (Index k = 0; k < len; ++k) {
+    std::int64_t v = salt + (k * 7) % 23 + (size > 0 ? to_i64(state[k % size]) * 3 : 0);
+    for (Index j = k + len; j < size; j += len) v += to_i64(state[j]);
+    op[k] = static_cast<T>(wrap(v) * mult);
+  }
+}
+
+std::int64_t step_salt(int step, int call) { return 131 * step + 17 * call + 5; }
+
+/// An order-dependent checksum of a state; a non-integral value (garbage) hashes unlike any
+/// integer.
+template <class T>
+std::int64_t checksum(const T* v, Index size) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ static_cast<std::uint64_t>(size);
+  for (Index k = 0; k < size; ++k) {
+    std::uint64_t x;
+    if constexpr (std::is_floating_point_v<T>) {
+      const std::int64_t i = to_i64(v[k]);
+      x = static_cast<T>(i) == v[k] ? static_cast<std::uint64_t>(i) : 0x5555000000000000ULL ^ static_cast<std::uint64_t>(i);
+    } else {
+      x = static_cast<std::uint64_t>(static_cast<std::int64_t>(v[k]));
+    }
+    h = (h ^ x) * 0x100000001b3ULL + static_cast<std::uint64_t>(k);
+  }
+  return static_cast<std::int64_t>(h);
+}
+
+template <class T>
+std::int64_t sum_of(const T* v, Index size) {
+  std::int64_t s = 0;
+  for (Index k = 0; k < size; ++k) s += to_i64(v[k]);
+  return s;
+}
+
+/// The initial state of device p in call `call`, from the value it receives (call * 100 + p).
+template <class T>
+std::vector<T> initial_state(int value, int p) {
+  std::vector<T> s(static_cast<std::size_t>(1 + (p * 5 + value) % 7));
+  for (std::size_t k = 0; k < s.size(); ++k)
+    s[k] = static_cast<T>(wrap(value * 31 + static_cast<std::int64_t>(k) * 7 + p));
+  return s;
+}
+
+// ---- the kernel ----------------------------------------------------------------------------
+
+template <class T>
+using T1 = Tensor<T, 1>;
+using Summary = Tensor<std::int64_t, 1>;
+
+template <class T>
+Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
+                   std::vector<std::int64_t>& trace) {
+  const int p = ctx.axis_index("i");
+  Summary out(kSummary);
+  out.setZero();
+  const std::vector<T> init = initial_state<T>(value, p);
+  T1<T> state(static_cast<Index>(init.size()));
+  std::copy(init.begin(), init.end(), state.data());
+  const T poison = static_cast<T>(kPoison);
+
+  for (std::size_t s = 0; s < prog.steps.size(); ++s) {
+    const Step& st = prog.steps[s];
+    const Index len = st.length(p);
+    const int mult = st.kind == Kind::pmean ? st.group_size(p) : 1;
+    T1<T> op(len);
+    fill_operand(state.data(), state.size(), op.data(), len,
+                 step_salt(static_cast<int>(s), call), mult);
+    if (st.late == p) std::this_thread::sleep_for(std::chrono::microseconds(30));
+    // The result becomes the state; then it is poisoned too (a peer may read it in place).
+    auto take = [&](auto& r) {
+      using R = typename std::remove_reference_t<decltype(r)>::Scalar;
+      state.resize(r.size());
+      for (Index k = 0; k < r.size(); ++k) {
+        if constexpr (std::is_same_v<R, T>) {
+          state.data()[k] = r.data()[k];
+        } else {
+          state.data()[k] = static_cast<T>(to_i64(r.data()[k]));
+        }
+      }
+      r.setConstant(static_cast<R>(kPoison));
+      out(2 + static_cast<Index>(s)) = checksum(state.data(), state.size());
+      trace[s] = out(2 + static_cast<Index>(s));
+    };
+    auto reduce = [&](auto collective) {
+      if (st.donate) {
+        auto r = collective(std::move(op));
+        take(r);
+      } else {
+        auto r = collective(op);
+        op.setConstant(poison);
+        take(r);
+      }
+    };
+    switch (st.kind) {
+      case Kind::psum:
+        reduce([&](auto&& x) { return ctx.psum(std::forward<decltype(x)>(x), "i", st.groups); });
+        break;
+      case Kind::pmax:
+        reduce([&](auto&& x) { return ctx.pmax(std::forward<decltype(x)>(x), "i", st.groups); });
+        break;
+      case Kind::pmin:
+        reduce([&](auto&& x) { return ctx.pmin(std::forward<decltype(x)>(x), "i", st.groups); });
+        break;
+      case Kind::pmean:
+        reduce([&](auto&& x) { return ctx.pmean(std::forward<decltype(x)>(x), "i", st.groups); });
+        break;
+      case Kind::all_gather: {
+        Tensor<T, 2> r = ctx.all_gather(op, "i", 0, st.groups);
+        op.setConstant(poison);
+        take(r);
+        break;
+      }
+      case Kind::all_gather_tiled: {
+        T1<T> r = ctx.all_gather(op, "i", 0, pmap::tiled, st.groups);
+        op.setConstant(poison);
+        take(r);
+        break;
+      }
+      case Kind::ppermute: {
+        T1<T> r = ctx.ppermute(op, "i", st.perm);
+        op.setConstant(poison);
+        take(r);
+        break;
+      }
+      case Kind::psum_scatter: {
+        T1<T> r = ctx.psum_scatter(op, "i", 0, pmap::tiled, st.groups);
+        op.setConstant(poison);
+        take(r);
+        break;
+      }
+      case Kind::all_to_all: {
+        T1<T> r = ctx.all_to_all(op, "i", 0, 0, pmap::tiled, st.groups);
+        op.setConstant(poison);
+        take(r);
+        break;
+      }
+    }
+  }
+  out(0) = state.size();
+  out(1) = sum_of(state.data(), state.size());
+  return out;
+}
+
+// ---- the serial model ----------------------------------------------------------------------
+
+/// The summaries every device should return from call `call` (device p receives call*100+p).
+template <class T>
+std::vector<std::vector<std::int64_t>> model(const Program& prog, int call) {
+  const int n = prog.n;
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<std::vector<std::int64_t>> out(un, std::vector<std::int64_t>(kSummary, 0));
+  std::vector<std::vector<T>> state(un);
+  for (int p = 0; p < n; ++p) state[static_cast<std::size_t>(p)] = initial_state<T>(call * 100 + p, p);
+
+  for (std::size_t s = 0; s < prog.steps.size(); ++s) {
+    const Step& st = prog.steps[s];
+    std::vector<std::vector<std::int64_t>> op(un);
+    for (int p = 0; p < n; ++p) {
+      const auto up = static_cast<std::size_t>(p);
+      std::vector<T> o(static_cast<std::size_t>(st.length(p)));
+      fill_operand(state[up].data(), static_cast<Index>(state[up].size()), o.data(),
+                   st.length(p), step_salt(static_cast<int>(s), call),
+                   st.kind == Kind::pmean ? st.group_size(p) : 1);
+      op[up].assign(o.begin(), o.end());
+    }
+    std::vector<std::vector<std::int64_t>> next(un);
+    for (int p = 0; p < n; ++p) {
+      const auto up = static_cast<std::size_t>(p);
+      const std::vector<int> members = st.members(p);
+      const auto g = static_cast<std::int64_t>(members.size());
+      const auto pos = static_cast<std::int64_t>(st.position[up]);
+      const auto len = static_cast<std::int64_t>(st.length(p));
+      auto& r = next[up];
+      auto of = [&](int m) -> const std::vector<std::int64_t>& { return op[static_cast<std::size_t>(m)]; };
+      switch (st.kind) {
+        case Kind::psum:
+        case Kind::pmax:
+        case Kind::pmin:
+        case Kind::pmean:
+          r = of(members[0]);
+          for (std::size_t m = 1; m < members.size(); ++m)
+            for (std::size_t k = 0; k < r.size(); ++k) {
+              const std::int64_t v = of(members[m])[k];
+              r[k] = st.kind == Kind::pmax ? std::max(r[k], v)
+                     : st.kind == Kind::pmin ? std::min(r[k], v)
+                                             : r[k] + v;
+            }
+          if (st.kind == Kind::pmean)
+            for (auto& v : r) v /= g;  // exact: every operand is a multiple of g
+          break;
+        case Kind::all_gather:
+        case Kind::all_gather_tiled:
+          for (int m : members) r.insert(r.end(), of(m).begin(), of(m).end());
+          break;
+        case Kind::ppermute:
+          r.assign(static_cast<std::size_t>(len), 0);
+          for (const auto& [src, dst] : st.perm)
+            if (dst == p) r = of(src);
+          break;
+        case Kind::psum_scatter: {
+          const std::int64_t block = len / g;
+          r.assign(static_cast<std::size_t>(block), 0);
+          for (int m : members)
+            for (std::int64_t k = 0; k < block; ++k)
+              r[static_cast<std::size_t>(k)] += of(m)[static_cast<std::size_t>(pos * block + k)];
+          break;
+        }
+        case Kind::all_to_all: {
+          const std::int64_t block = len / g;
+          for (int m : members)
+            r.insert(r.end(), of(m).begin() + pos * block, of(m).begin() + (pos + 1) * block);
+          break;
+        }
+      }
+    }
+    for (int p = 0; p < n; ++p) {
+      const auto up = static_cast<std::size_t>(p);
+      state[up].assign(next[up].size(), T{});
+      for (std::size_t k = 0; k < next[up].size(); ++k) state[up][k] = static_cast<T>(next[up][k]);
+      out[up][2 + s] = checksum(state[up].data(), static_cast<Index>(state[up].size()));
+    }
+  }
+  for (int p = 0; p < n; ++p) {
+    const auto up = static_cast<std::size_t>(p);
+    out[up][0] = static_cast<std::int64_t>(state[up].size());
+    out[up][1] = sum_of(state[up].data(), static_cast<Index>(state[up].size()));
+  }
+  return out;
+}
+
+// ---- the watchdog --------------------------------------------------------------------------
+
+/// Aborts the test binary, printing the program, when one program runs for longer than
+/// kHangLimit: a hang is reported with the program that caused it, not as a bare timeout.
+class Watchdog {
+ public:
+  Watchdog() : thread_([this] { watch(); }) {}
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void arm(std::string what) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      what_ = std::move(what);
+      deadline_ = std::chrono::steady_clock::now() + kHangLimit;
+      armed_ = true;
+    }
+    cv_.notify_all();
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed_ = false;
+  }
+
+ private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      if (!armed_) {
+        cv_.wait(lock);
+      } else if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ &&
+                 std::chrono::steady_clock::now() >= deadline_) {
+        std::fprintf(stderr, "\ntest_random: a program ran for more than %d s (hung?): %s\n",
+                     static_cast<int>(kHangLimit.count()), what_.c_str());
+        std::fflush(stderr);
+        std::abort();
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool armed_ = false;
+  bool stop_ = false;
+  std::chrono::steady_clock::time_point deadline_;
+  std::string what_;
+  std::thread thread_;  // last: starts after the members it reads
+};
+
+// ---- running programs ----------------------------------------------------------------------
+
+/// What the programs of one TEST exercised (checked, so that the generator cannot silently
+/// stop reaching a path).
+struct Coverage {
+  int programs = 0;
+  int steps = 0;
+  int staged = 0;         ///< whole-axis collectives of at most 8 KiB per device
+  int in_place = 0;       ///< collectives read in place (not staged, not split)
+  int split = 0;          ///< reductions of >= 64 KiB per device over 2+ members
+  int mixed_groups = 0;   ///< grouped reductions whose groups take different paths
+  int threads_below_devices = 0;
+};
+
+/// The path device p's group takes in step st (0 staged, 1 in place, 2 split).
+int path_of(const Step& st, int p, int n, bool integers) {
+  const Index bytes = st.length(p) * 4;
+  const Index acc = st.kind == Kind::pmean && integers ? 8 : 4;
+  const int members = st.group_size(p);
+  if (members == n && n > 1 && bytes <= 8 * 1024) return 0;
+  if (is_reduction(st.kind) && members > 1 && st.length(p) * acc >= 64 * 1024) return 2;
+  return 1;
+}
+
+void tally(Coverage& cov, const Program& prog) {
+  ++cov.programs;
+  if (prog.threads < prog.n) ++cov.threads_below_devices;
+  for (const Step& st : prog.steps) {
+    ++cov.steps;
+    std::vector<int> seen(3, 0);
+    for (int p = 0; p < prog.n; ++p) seen[static_cast<std::size_t>(path_of(st, p, prog.n, prog.integers))] = 1;
+    cov.staged += seen[0];
+    cov.in_place += seen[1];
+    cov.split += seen[2];
+    if (is_reduction(st.kind) && st.groups.size() >= 2 && seen[0] + seen[1] + seen[2] >= 2)
+      ++cov.mixed_groups;
+  }
+}
+
+/// Checksums a device records after each step (outside the pmap call, so that they survive a
+/// DeviceError); kUnset where it did not get that far.
+using Trace = std::vector<std::vector<std::int64_t>>;
+constexpr std::int64_t kUnset = INT64_MIN;
+
+/// The model's summaries: want[p][2 + s] is device p's checksum after step s.
+using Want = std::vector<std::vector<std::int64_t>>;
+
+/// The first step (and its devices) whose recorded checksum differs from the model; "" when
+/// none. at(p, s) gives device p's checksum after step s, or kUnset.
+template <class At>
+std::string first_difference(const Program& prog, const Want& want, At at) {
+  const int steps = static_cast<int>(prog.steps.size());
+  for (int s = 0; s < steps; ++s) {
+    std::string bad;
+    for (int q = 0; q < prog.n; ++q) {
+      const std::int64_t v = at(q, s);
+      if (v != kUnset && v != want[static_cast<std::size_t>(q)][static_cast<std::size_t>(2 + s)])
+        bad += (bad.empty() ? "" : ",") + std::to_string(q);
+    }
+    if (!bad.empty())
+      return "the state after step " + std::to_string(s) + " (" +
+             kind_name(prog.steps[static_cast<std::size_t>(s)].kind) +
+             ") differs from the model on device(s) " + bad;
+  }
+  return "";
+}
+
+/// The returned summaries against the model's; "" when equal.
+std::string compare(const Program& prog, const Want& want, const Tensor<std::int64_t, 2>& got) {
+  if (got.dimension(0) != prog.n || got.dimension(1) != kSummary)
+    return "result shape (" + std::to_string(got.dimension(0)) + ", " +
+           std::to_string(got.dimension(1)) + ")";
+  std::string diff = first_difference(prog, want, [&](int p, int s) { return got(p, 2 + s); });
+  if (!diff.empty()) return diff;
+  for (int p = 0; p < prog.n; ++p)
+    for (int k = 0; k < 2; ++k)
+      if (got(p, k) != want[static_cast<std::size_t>(p)][static_cast<std::size_t>(k)])
+        return std::string(k == 0 ? "final size" : "final sum") + " on device " +
+               std::to_string(p) + ": " + std::to_string(got(p, k)) + " != model " +
+               std::to_string(want[static_cast<std::size_t>(p)][static_cast<std::size_t>(k)]);
+  return "";
+}
+
+/// What a program did: an empty message when every call matched the model.
+struct Outcome {
+  std::string message;
+  bool threw = false;  ///< a call threw
+  bool wrong = false;  ///< some device's state differed from the model (before any throw)
+};
+
+/// Runs prog for prog.calls calls on one Mapped, stopping at the first call that fails.
+template <class T>
+Outcome run_program(const Program& prog) {
+  pmap::Runtime rt({.num_devices = prog.n, .num_threads = prog.threads});
+  int call = 0;
+  Trace trace;
+  auto f = pmap::pmap(
+      [&prog, &call, &trace](pmap::Context& ctx, auto v) {
+        return run_device<T>(ctx, prog, static_cast<int>(v(0)), call,
+                             trace[static_cast<std::size_t>(ctx.axis_index("i"))]);
+      },
+      on_axis(rt));
+  Tensor<float, 2> x(prog.n, 1);
+  for (call = 0; call < prog.calls; ++call) {
+    for (int p = 0; p < prog.n; ++p) x(p, 0) = static_cast<float>(call * 100 + p);
+    trace.assign(static_cast<std::size_t>(prog.n), std::vector<std::int64_t>(prog.steps.size(), kUnset));
+    const Want want = model<T>(prog, call);
+    const std::string where = "call " + std::to_string(call) + ": ";
+    try {
+      const Tensor<std::int64_t, 2> got = f(x);
+      const std::string diff = compare(prog, want, got);
+      if (!diff.empty()) return {where + diff, false, true};
+    } catch (const std::exception& e) {
+      const std::string diff = first_difference(prog, want, [&](int p, int s) {
+        return trace[static_cast<std::size_t>(p)][static_cast<std::size_t>(s)];
+      });
+      return {where + "threw " + typeid(e).name() + " \"" + e.what() + "\"; before that, " +
+                  (diff.empty() ? "every recorded state matched the model" : diff),
+              true, !diff.empty()};
+    }
+  }
+  return {};
+}
+
+/// Generates and runs `programs` programs from seeds base, base + 1, ...; reports up to three
+/// failing programs of each kind in full and checks what the programs covered.
+void run_programs(std::uint64_t base, int programs, const GenConfig& cfg) {
+  Watchdog watchdog;
+  Coverage cov;
+  int wrong = 0;             // returned wrong values
+  int wrong_then_threw = 0;  // wrong values, then an error
+  int threw = 0;             // an error, every state before it right
+  for (int k = 0; k < programs; ++k) {
+    const std::uint64_t seed = base + static_cast<std::uint64_t>(k);
+    const Program prog = generate(seed, cfg);
+    tally(cov, prog);
+    watchdog.arm(prog.describe());
+    const Outcome out = prog.integers ? run_program<std::int32_t>(prog) : run_program<float>(prog);
+    watchdog.disarm();
+    if (out.message.empty()) continue;
+    int& kind = out.threw ? (out.wrong ? wrong_then_threw : threw) : wrong;
+    if (++kind <= 3) ADD_FAILURE() << out.message << "\n  " << prog.describe();
+  }
+  const int failed = wrong + wrong_then_threw + threw;
+  EXPECT_EQ(failed, 0) << failed << " of " << programs << " programs failed: " << wrong
+                       << " returned values other than the model's, " << wrong_then_threw
+                       << " computed wrong values and then threw, " << threw
+                       << " threw with every state before the error right";
+  // The generator reaches every path, and grouped reductions whose groups take different ones.
+  EXPECT_GT(cov.staged, 0);
+  EXPECT_GT(cov.in_place, 0);
+  EXPECT_GT(cov.split, 0);
+  EXPECT_GE(cov.mixed_groups, programs / 2);
+  EXPECT_GT(cov.threads_below_devices, 0);
+  testing::Test::RecordProperty("programs", cov.programs);
+  testing::Test::RecordProperty("steps", cov.steps);
+  testing::Test::RecordProperty("mixed_grouped_steps", cov.mixed_groups);
+}
+
+/// Programs per TEST: 180 in all (about 5 s on two idle cores); ASan runs about 4x slower,
+/// TSan about 15x (measured: 5 s and 23 s for 80 and 40 programs on two busy cores).
+constexpr int kPrograms = PMAP_TEST_TSAN ? 10 : kSanitized ? 20 : 45;
+
+TEST(RandomPrograms, GroupedReductionsBetweenWholeAxisCollectives) {
+  GenConfig cfg;
+  cfg.min_n = 2;
+  cfg.grouped_focus = true;
+  run_programs(1000, kPrograms, cfg);
+}
+
+TEST(RandomPrograms, MixedCollectivesA) {
+  run_programs(2000, kPrograms, GenConfig{});
+}
+
+TEST(RandomPrograms, MixedCollectivesB) {
+  run_programs(3000, kPrograms, GenConfig{});
+}
+
+TEST(RandomPrograms, ManyDevicesFewThreads) {
+  GenConfig cfg;
+  cfg.min_n = 5;
+  cfg.max_threads = 2;
+  run_programs(4000, kPrograms, cfg);
+}
+
+}  // namespace
