@@ -4,12 +4,14 @@
 #include <string>
 #include <vector>
 
-#include "pmap/collectives.hpp"
+#include "pmap/detail/data_movement.hpp"
+#include "pmap/detail/hash.hpp"
+#include "pmap/detail/rendezvous.hpp"
 
 namespace pmap::detail {
 
 std::uint64_t hash_bytes(std::uint64_t h, const void* data, std::size_t size) {
-  h ^= 0xcbf29ce484222325ULL;
+  h ^= kHashSeed;
   const auto* bytes = static_cast<const unsigned char*>(data);
   for (std::size_t i = 0; i < size; ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
   return h;

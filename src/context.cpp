@@ -5,6 +5,7 @@
 
 #include "pmap/context.hpp"
 #include "pmap/detail/errors.hpp"
+#include "pmap/detail/hash.hpp"
 
 namespace pmap {
 namespace detail {
@@ -30,10 +31,6 @@ void resolve_axes(const Team& team, const AxisNames& axes, std::vector<int>& out
 
 namespace {
 
-std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
-  return (h ^ v) * 0x100000001b3ULL + 0x9e3779b97f4a7c15ULL;
-}
-
 std::string axis_label(const Team& team, const std::vector<int>& axes) {
   auto name = [&](int a) {
     const std::string& n = team.axis(a).name;
@@ -43,6 +40,65 @@ std::string axis_label(const Team& team, const std::vector<int>& axes) {
   std::vector<std::string> names;
   for (int a : axes) names.push_back(fmt::format("'{}'", name(a)));
   return fmt::format("({})", fmt::join(names, ", "));
+}
+
+void check_equal_sizes(const Groups& groups, const char* op) {
+  for (const auto& grp : groups)
+    if (grp.size() != groups.front().size()) {
+      std::vector<std::size_t> sizes;
+      for (const auto& x : groups) sizes.push_back(x.size());
+      raise_value_error(fmt::format("{} requires axis_index_groups of equal size, got sizes [{}]",
+                                    op, fmt::join(sizes, ", ")));
+    }
+}
+
+/// The team members along a set of named axes, as one flattened axis (row-major in the
+/// listed order), seen from one member: its own flat index, and the member at any other.
+class AxisGrid {
+ public:
+  AxisGrid(const Team& team, const std::vector<int>& axes, int member)
+      : team_(team), axes_(axes), base_(member) {
+    for (int a : axes) {
+      const int idx = team.index_on(member, a);
+      mine_ = mine_ * team.axis(a).size + idx;
+      size_ *= team.axis(a).size;
+      base_ -= idx * team.stride(a);  // the member with the named axes' indices zeroed
+    }
+  }
+  int size() const { return size_; }
+  int mine() const { return mine_; }
+  int member(int flat) const {
+    int m = base_;
+    for (auto it = axes_.rbegin(); it != axes_.rend(); ++it) {
+      m += (flat % team_.axis(*it).size) * team_.stride(*it);
+      flat /= team_.axis(*it).size;
+    }
+    return m;
+  }
+
+ private:
+  const Team& team_;
+  const std::vector<int>& axes_;
+  int base_;
+  int mine_ = 0;
+  int size_ = 1;
+};
+
+/// The axes and groups of a collective, hashed; groups must cover [0, size) exactly once.
+std::uint64_t group_signature(const std::vector<int>& axes, const Groups& groups, int size) {
+  std::uint64_t sig = kHashSeed;
+  for (int a : axes) sig = hash_mix(sig, static_cast<std::uint64_t>(a));
+  if (groups.empty()) return sig;
+  std::vector<int> seen(static_cast<std::size_t>(size), 0);
+  bool valid = true;
+  for (const auto& grp : groups)
+    for (int f : grp) {
+      if (f < 0 || f >= size || seen[static_cast<std::size_t>(f)]++) valid = false;
+      sig = hash_mix(sig, static_cast<std::uint64_t>(f) + 1);
+    }
+  for (int s : seen) valid = valid && s == 1;
+  if (!valid) raise_value_error("axis_index_groups must cover all indices exactly once");
+  return sig;
 }
 
 }  // namespace
@@ -67,73 +123,33 @@ int Context::axis_size(AxisNames axes) const {
 
 const detail::GroupInfo& Context::group(const AxisNames& axes, const Groups& groups,
                                         bool equal_sizes, const char* op) {
-  using detail::GroupInfo;
   const detail::Team& team = *member_.team;
-  if (!group_cache_) group_cache_ = std::make_unique<GroupInfo>();
-  GroupInfo& g = *group_cache_;
+  if (!group_cache_) group_cache_ = std::make_unique<detail::GroupInfo>();
+  detail::GroupInfo& g = *group_cache_;
   thread_local std::vector<int> ids;
   detail::resolve_axes(team, axes, ids);
-  if (equal_sizes)
-    for (const auto& grp : groups)
-      if (grp.size() != groups.front().size()) {
-        std::vector<std::size_t> sizes;
-        for (const auto& x : groups) sizes.push_back(x.size());
-        detail::raise_value_error(
-            fmt::format("{} requires axis_index_groups of equal size, got sizes [{}]", op,
-                        fmt::join(sizes, ", ")));
-      }
+  if (equal_sizes) detail::check_equal_sizes(groups, op);
   if (!g.members.empty() && ids == g.axes && groups == g.groups) return g;  // same as last time
 
+  const detail::AxisGrid grid(team, ids, member_.index);
+  g.members.clear();  // stays empty (not cached) if the groups are invalid
+  g.signature = detail::group_signature(ids, groups, grid.size());
   g.axes = ids;
   g.groups = groups;
   g.axis_label = detail::axis_label(team, ids);
-  g.axis_size = 1;
-  for (int a : ids) g.axis_size *= team.axis(a).size;
-  // This device's flattened index over the named axes, and its team index with them zeroed.
-  int mine = 0;
-  int base = member_.index;
-  for (int a : ids) {
-    const int idx = team.index_on(member_.index, a);
-    mine = mine * team.axis(a).size + idx;
-    base -= idx * team.stride(a);
-  }
-  auto member_of = [&](int flat) {
-    int m = base;
-    for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-      m += (flat % team.axis(*it).size) * team.stride(*it);
-      flat /= team.axis(*it).size;
-    }
-    return m;
-  };
-
-  std::uint64_t sig = 0xcbf29ce484222325ULL;
-  for (int a : ids) sig = detail::mix(sig, static_cast<std::uint64_t>(a));
-  g.members.clear();
+  g.axis_size = grid.size();
   if (groups.empty()) {
-    for (int f = 0; f < g.axis_size; ++f) g.members.push_back(member_of(f));
-    g.position = mine;
-  } else {
-    std::vector<int> seen(static_cast<std::size_t>(g.axis_size), 0);
-    bool valid = true;
-    for (const auto& grp : groups)
-      for (int f : grp) {
-        if (f < 0 || f >= g.axis_size || seen[static_cast<std::size_t>(f)]++) valid = false;
-        sig = detail::mix(sig, static_cast<std::uint64_t>(f) + 1);
-      }
-    for (int s : seen) valid = valid && s == 1;
-    if (!valid) {
-      g.members.clear();
-      detail::raise_value_error("axis_index_groups must cover all indices exactly once");
-    }
-    for (const auto& grp : groups) {
-      auto it = std::find(grp.begin(), grp.end(), mine);
-      if (it == grp.end()) continue;
-      for (int f : grp) g.members.push_back(member_of(f));
-      g.position = static_cast<int>(it - grp.begin());
-      break;
-    }
+    for (int f = 0; f < grid.size(); ++f) g.members.push_back(grid.member(f));
+    g.position = grid.mine();
+    return g;
   }
-  g.signature = sig;
+  for (const auto& grp : groups) {
+    auto it = std::find(grp.begin(), grp.end(), grid.mine());
+    if (it == grp.end()) continue;
+    for (int f : grp) g.members.push_back(grid.member(f));
+    g.position = static_cast<int>(it - grp.begin());
+    break;
+  }
   return g;
 }
 

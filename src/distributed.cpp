@@ -7,6 +7,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "pmap/detail/dispatch.hpp"
 #include "pmap/detail/errors.hpp"
 #include "pmap/detail/team.hpp"
 #include "pmap/errors.hpp"
@@ -171,27 +172,20 @@ Failure finish_call(Status status, int device, const std::string& message) {
 }  // namespace detail::mpi
 
 namespace detail {
-}  // namespace detail
 
-namespace detail {
-
-void agree_on_call(int error_kind, const std::string& error, std::int64_t n,
-                   const std::vector<LeafInfo>& leaves);
-void finish_distributed_call(const Team& team);
-
-void agree_on_call(int error_kind, const std::string& error, std::int64_t n,
+void agree_on_call(Verdict verdict, const std::string& error, std::int64_t n,
                    const std::vector<LeafInfo>& leaves) {
   std::string description;
-  if (error_kind < 0) {
+  if (verdict == Verdict::valid) {
     std::vector<std::string> shapes;
     for (const LeafInfo& leaf : leaves)
       shapes.push_back(fmt::format("{} of {}", leaf.path, format_typed_shape(leaf.dtype, leaf.shape)));
     description = fmt::format("axis size {} with {}", n, fmt::join(shapes, ", "));
   }
   mpi::Header mine;
-  mine.status = error_kind < 0 ? mpi::Status::ok : mpi::Status::failed;
-  mine.device = error_kind;
-  const std::string& text = error_kind < 0 ? description : error;
+  mine.status = verdict == Verdict::valid ? mpi::Status::ok : mpi::Status::failed;
+  mine.device = static_cast<std::int32_t>(verdict);
+  const std::string& text = verdict == Verdict::valid ? description : error;
   mine.signature = std::hash<std::string>{}(text);
   mine.message_bytes = text.size();
   const std::vector<mpi::Header> all = mpi::exchange_headers(mine);
@@ -204,7 +198,7 @@ void agree_on_call(int error_kind, const std::string& error, std::int64_t n,
   const std::vector<std::string> texts = mpi::exchange_messages(all, text);
   for (std::size_t p = 0; p < all.size(); ++p)
     if (all[p].status != mpi::Status::ok) {
-      if (all[p].device == 1) throw TypeError(texts[p]);
+      if (all[p].device == static_cast<std::int32_t>(Verdict::type_error)) throw TypeError(texts[p]);
       throw ValueError(texts[p]);
     }
   std::vector<std::string> lines;

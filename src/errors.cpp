@@ -142,4 +142,30 @@ void raise_device_error(int device, const std::string& message) {
   throw DeviceError(device, message);
 }
 
+void raise_scatter_extent(std::int64_t extent, int n, bool tiled) {
+  if (tiled)
+    throw ValueError(fmt::format(
+        "tiled reduce_scatter operand scatter dimension size {} must be divisible by shard_count {}",
+        extent, n));
+  throw ValueError(fmt::format(
+      "reduce_scatter operand scatter dimension size {} must match shard count {}", extent, n));
+}
+
+void raise_all_to_all_extent(const std::string& axis, int n, std::int64_t extent, bool tiled) {
+  if (tiled)
+    throw ValueError(fmt::format("The size of all_to_all split_axis ({}) has to be divisible by "
+                                 "the size of the named axis {} ({})",
+                                 extent, axis, n));
+  throw ValueError(fmt::format("all_to_all requires the size of the mapped axis {} to equal "
+                               "x.shape[split_axis], but they are {} and {} respectively.",
+                               axis, n, extent));
+}
+
+void raise_output_count_differs(int device, std::size_t count, int first_device,
+                                std::size_t first_count) {
+  throw DeviceError(device, fmt::format("pmap kernel returned {} outputs on device {} but {} on "
+                                        "device {}",
+                                        count, device, first_count, first_device));
+}
+
 }  // namespace pmap::detail

@@ -25,10 +25,43 @@ namespace {
 constexpr int kSpinIterations = 256;
 constexpr auto kSpinWhileResuming = std::chrono::microseconds(100);
 
+using Clock = std::chrono::steady_clock;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+}
+
+/// The wait policy above, for one wait (oneTBB's waiters.h is the model).
+class SpinWaiter {
+ public:
+  explicit SpinWaiter(Clock::duration phase_length)
+      : resuming_budget_(std::min<Clock::duration>(kSpinWhileResuming, phase_length / 8)) {}
+  /// After `spins` PAUSEs, with the awaited devices in state `awaited`: spin on?
+  template <class Awaited>
+  bool go_on(int spins, Awaited awaited) {
+    if (awaited == Awaited::blocked) return false;  // queued behind us: only a switch helps
+    if (awaited == Awaited::resuming) {
+      const Clock::time_point now = Clock::now();
+      if (start_ == Clock::time_point{}) start_ = now;
+      return now - start_ <= resuming_budget_;
+    }
+    return spins < kSpinIterations;
+  }
+
+ private:
+  Clock::duration resuming_budget_;
+  Clock::time_point start_{};
+};
+
+/// After a suspension: this device may now run on another thread, whose state is set to it.
+/// Not inlined, so that no thread-local address is kept from before the switch.
+[[gnu::noinline]] void resumed(Slot& mine, const ThreadState& saved) {
+  ThreadState& thread = this_thread();
+  mine.runner.store(&thread.tag, std::memory_order_relaxed);
+  thread.device = saved.device;
+  thread.run = saved.run;
 }
 
 std::string device_list(const std::vector<int>& ids) {
@@ -61,69 +94,6 @@ Team::Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_
   }
 }
 
-namespace {
-
-/// The header round of a collective: every process must be in the same collective.
-std::string check_headers(const Slot& mine, std::uint64_t bytes) {
-  mpi::Header header;
-  header.signature = mine.signature.load(std::memory_order_relaxed);
-  header.bytes = bytes;
-  const std::vector<mpi::Header> all = mpi::exchange_headers(header);
-  for (std::size_t p = 0; p < all.size(); ++p) {
-    if (all[p].status != mpi::Status::ok)
-      return fmt::format("{} over axis {}: process {} waits in it, but process {} {}",
-                         mine.desc.name, mine.axes, mpi::rank(), p,
-                         all[p].status == mpi::Status::done ? "returned from its kernels without calling it"
-                                                            : "failed or aborted");
-    if (all[p].signature != header.signature)
-      return fmt::format("{}: process {} called {} over axis {} on {}, but process {} called a "
-                         "different collective or shape; every process must call the same "
-                         "collectives in the same order with the same shapes",
-                         mine.desc.name, mpi::rank(), mine.desc.name, mine.axes,
-                         format_typed_shape(mine.desc.dtype, mine.desc.shape), p);
-  }
-  return {};
-}
-
-}  // namespace
-
-namespace {
-
-/// What the local devices learn when their leader left an exchange by an exception (which the
-/// leader itself reports): they must not read what it did not receive.
-std::string interrupted_exchange(const Slot& mine) {
-  return fmt::format("{} over axis {}: the exchange with the other processes did not complete",
-                     mine.desc.name, mine.axes);
-}
-
-}  // namespace
-
-void Team::exchange_gather(int me, std::size_t bytes) {
-  exchange_error_ = interrupted_exchange(slot(me));
-  std::string error = check_headers(slot(me), bytes);
-  if (error.empty()) {
-    send_.resize(static_cast<std::size_t>(local_count_) * bytes);
-    for (int k = 0; k < local_count_ && bytes > 0; ++k)
-      std::memcpy(send_.data() + static_cast<std::size_t>(k) * bytes, slot(local_begin_ + k).in,
-                  bytes);
-    gathered_.resize(static_cast<std::size_t>(size_) * bytes);
-    mpi::allgather(send_.data(), send_.size(), gathered_.data());
-  }
-  exchange_error_ = std::move(error);
-}
-
-void Team::exchange_reduce(int me, void* data, std::size_t count, mpi::DType dtype,
-                           mpi::ReduceOp op) {
-  exchange_error_ = interrupted_exchange(slot(me));
-  std::string error = check_headers(slot(me), count);
-  if (error.empty()) mpi::allreduce(data, count, dtype, op);
-  exchange_error_ = std::move(error);
-}
-
-void Team::raise_if_exchange_failed(int me) const {
-  if (!exchange_error_.empty()) throw RemoteFailure(device_id(me), exchange_error_);
-}
-
 void Team::reset() {
   for (int m = 0; m < size_; ++m) {
     Slot& s = slot(m);
@@ -141,7 +111,7 @@ void Team::reset() {
   error_ = nullptr;
   error_device_ = -1;
   child_.reset();
-  exchange_error_.clear();
+  exchange_.reset();
 }
 
 bool Team::reached(std::span<const int> members, std::uint64_t target, int me) {
@@ -183,122 +153,109 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
   Slot& mine = slot(me);
   mine.phase.store(target, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
-  using Clock = std::chrono::steady_clock;
-  if (may_spin_) {
-    // How long this device works between barriers, on average: a peer waiting for a thread
-    // is worth a long spin only when the phases are long (see kSpinWhileResuming).
-    const Clock::time_point now = Clock::now();
-    if (mine.departed != Clock::time_point{})
-      mine.phase_length += (now - mine.departed - mine.phase_length) / 4;
-    mine.departed = now;  // the next phase starts now unless this one waits
+  if (!may_spin_) {
+    if (!reached(members, target, me)) suspend_until(me, members, target);
+    return;
   }
+  // How long this device works between barriers, on average: a peer waiting for a thread is
+  // worth a long spin only when the phases are long (see SpinWaiter).
+  const Clock::time_point now = Clock::now();
+  if (mine.departed != Clock::time_point{})
+    mine.phase_length += (now - mine.departed - mine.phase_length) / 4;
+  mine.departed = now;  // the next phase starts now unless this one waits
   if (reached(members, target, me)) return;
-  if (may_spin_) {
-    const auto resuming_budget =
-        std::min<Clock::duration>(kSpinWhileResuming, mine.phase_length / 8);
-    Clock::time_point start{};
-    for (int i = 0;; ++i) {
-      if (cancelled()) throw Cancelled{};
-      if (reached(members, target, me)) {
-        mine.departed = Clock::now();
-        return;
-      }
-      // Not when a device we wait for is suspended or queued behind us on this very thread
-      // (then each barrier would cost the whole spin budget).
-      if (i % 16 == 0) {
-        const Peers peers = awaited_peers(members, target);
-        if (peers == Peers::blocked) break;
-        if (peers == Peers::resuming) {
-          if (start == Clock::time_point{})
-            start = Clock::now();
-          else if (Clock::now() - start > resuming_budget)
-            break;
-        } else if (i >= kSpinIterations) {
-          break;
-        }
-      }
-      cpu_relax();
+  SpinWaiter waiter(mine.phase_length);
+  for (int i = 0;; ++i) {
+    if (cancelled()) throw Cancelled{};
+    if (reached(members, target, me)) break;
+    if (i % 16 == 0 && !waiter.go_on(i, awaited(members, target))) {
+      suspend_until(me, members, target);
+      break;
     }
+    cpu_relax();
   }
-  suspend_until(me, members, target);
-  if (may_spin_) mine.departed = Clock::now();
+  mine.departed = Clock::now();
 }
 
-Team::Peers Team::awaited_peers(std::span<const int> members, std::uint64_t target) const {
-  Peers peers = Peers::running;
+Team::Awaited Team::awaited(std::span<const int> members, std::uint64_t target) const {
+  Awaited result = Awaited::running;
+  const void* const here = &this_thread().tag;
   for (int m : members) {
     const Slot& s = slot(m);
     if (s.phase.load(std::memory_order_relaxed) >= target) continue;
     const void* r = s.runner.load(std::memory_order_relaxed);
-    if (r == &thread_tag || r == kSuspendedRunner) return Peers::blocked;
-    if (r == kResumingRunner) peers = Peers::resuming;
+    if (r == here || r == kSuspendedRunner) return Awaited::blocked;
+    if (r == kResumingRunner) result = Awaited::resuming;
   }
-  return peers;
+  return result;
 }
+
+/// Holds the team's lock while a device counts as blocked in it. The destructor undoes both,
+/// unless the device suspended: then the suspension released the lock, and whoever resumes
+/// it (resume_locked) uncounts it.
+class Team::Blocked {
+ public:
+  explicit Blocked(Team& team) : team_(team) {
+    team_.lock_.lock();
+    ++team_.blocked_;
+    team_.sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~Blocked() {
+    if (!held_) return;
+    --team_.blocked_;
+    team_.sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    team_.lock_.unlock();
+  }
+  Blocked(const Blocked&) = delete;
+  Blocked& operator=(const Blocked&) = delete;
+  void handed_over() { held_ = false; }
+
+ private:
+  Team& team_;
+  bool held_ = true;
+};
 
 bool Team::suspend_until(int me, std::span<const int> members, std::uint64_t target,
                          bool draining) {
   Slot& mine = slot(me);
-  void* const device = current_device;
-  Run* const run = current_run;
+  const ThreadState saved = this_thread();
   for (;;) {
-    if (run) run->on_block();  // unclaimed devices of this call get a worker meanwhile
-    lock_.lock();
-    ++blocked_;
-    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    auto undo = [&] {
-      --blocked_;
-      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-      lock_.unlock();
-    };
-    if (!draining && cancelled()) {
-      undo();
-      throw Cancelled{};
-    }
-    bool done = false;
-    try {
-      done = draining ? drained(members, target) : reached(members, target, me);
-    } catch (...) {
-      undo();
-      throw;
-    }
-    if (done) {
-      undo();
-      return true;
-    }
-    if (blocked_ + count_finished() == local_count_) {
-      // Nobody is left running who could release us. A draining device may leave: nobody
-      // reads its buffers either (the others wake when it finishes). Otherwise report
-      // instead of hanging.
-      if (draining) {
-        undo();
-        return false;
+    if (saved.run) saved.run->on_block();  // unclaimed devices of this call get a worker meanwhile
+    {
+      Blocked blocked(*this);
+      if (!draining && cancelled()) throw Cancelled{};
+      if (draining ? drained(members, target) : reached(members, target, me)) return true;
+      if (blocked_ + count_finished() == local_count_) {
+        // Nobody is left running who could release us. A draining device may leave: nobody
+        // reads its buffers either (the others wake when it finishes). Otherwise report
+        // instead of hanging.
+        if (draining) return false;
+        throw DeviceError(device_id(me), describe_deadlock());
       }
-      std::string what = describe_deadlock();
-      undo();
-      throw DeviceError(device_id(me), what);
+      suspend_locked(mine, blocked);
     }
-    mine.suspended = true;
-    mine.waiting = true;
-    mine.runner.store(kSuspendedRunner, std::memory_order_relaxed);
-#if PMAP_DEVICE_THREADS
-    mine.awake.store(false, std::memory_order_relaxed);
-    lock_.unlock();
-    mine.awake.wait(false, std::memory_order_acquire);
-#else
-    tbb::task::suspend([this, &mine](tbb::task::suspend_point sp) {
-      mine.resume_point = sp;
-      current_device = nullptr;  // this thread now runs a fresh dispatch loop
-      current_run = nullptr;
-      lock_.unlock();
-    });
-#endif
-    mine.runner.store(&thread_tag, std::memory_order_relaxed);
-    current_device = device;
-    current_run = run;
-    mine.waiting = false;
+    resumed(mine, saved);
     if (!draining && cancelled()) throw Cancelled{};
   }
+}
+
+void Team::suspend_locked(Slot& mine, Blocked& blocked) {
+  mine.suspended = true;
+  mine.runner.store(kSuspendedRunner, std::memory_order_relaxed);
+  blocked.handed_over();
+#if PMAP_DEVICE_THREADS
+  mine.awake.store(false, std::memory_order_relaxed);
+  lock_.unlock();
+  mine.awake.wait(false, std::memory_order_acquire);
+#else
+  tbb::task::suspend([this, &mine](tbb::task::suspend_point sp) {
+    mine.resume_point = sp;
+    ThreadState& thread = this_thread();  // now runs a fresh dispatch loop
+    thread.device = nullptr;
+    thread.run = nullptr;
+    lock_.unlock();
+  });
+#endif
 }
 
 void Team::resume_locked(Slot& s) {

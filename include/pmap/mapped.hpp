@@ -15,6 +15,7 @@
 #include "pmap/axes.hpp"
 #include "pmap/context.hpp"
 #include "pmap/detail/arguments.hpp"
+#include "pmap/detail/dispatch.hpp"
 #include "pmap/detail/kernel.hpp"
 #include "pmap/detail/outputs.hpp"
 #include "pmap/detail/pool.hpp"
@@ -68,42 +69,6 @@ struct call_result<F, In> {
   using type = void;
 };
 
-/// Joins the nesting rendezvous of the enclosing call: every outer device calls the inner
-/// pmap, the first creates the shared team of outer x inner devices.
-std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string* axis_name,
-                                  const Runtime& runtime);
-
-/// Multi-process: every process reports whether its arguments passed validation and what it
-/// passed; raises the same ValueError / TypeError on every process unless all agree.
-void agree_on_call(int error_kind, const std::string& error, std::int64_t n,
-                   const std::vector<LeafInfo>& leaves);
-
-/// Multi-process: after the local devices finished, learns every process's outcome and
-/// raises the local failure, or a DeviceError naming another process's failing device.
-void finish_distributed_call(const Team& team);
-
-/// Logs one dispatch at debug level.
-void log_dispatch(const std::string& name, int n, const Device* devices,
-                  const std::vector<LeafInfo>& leaves, double microseconds);
-
-/// Owns the team of the last top-level call of a Mapped, reused by the next one.
-class TeamCache {
- public:
-  TeamCache() = default;
-  TeamCache(const TeamCache&) {}
-  TeamCache& operator=(const TeamCache&) { return *this; }
-  ~TeamCache() { delete team_.exchange(nullptr); }
-  Team* take() { return team_.exchange(nullptr, std::memory_order_acquire); }
-  void give(Team* team) { delete team_.exchange(team, std::memory_order_acq_rel); }
-
- private:
-  std::atomic<Team*> team_{nullptr};
-};
-
-/// Checks the devices option of pmap(): non-empty (E1), distinct, all from the runtime.
-void check_devices_option(const std::optional<std::vector<Device>>& devices,
-                          const Runtime& runtime);
-
 }  // namespace detail
 
 /// @brief A kernel mapped over an axis: call it like the kernel, with the mapped axis added.
@@ -153,97 +118,67 @@ class Mapped {
   const Options& options() const { return options_; }
 
  private:
+  /// One call: validate, bind the outputs, lease a team, run the devices, rethrow the first
+  /// failure, finish the outputs.
   template <class R, class Target, class... Args>
   auto run(Target* target, const Args&... args) const {
-    using M = detail::mapping_t<In, Args...>;
-    using Outputs = detail::OutputSet<R, Out>;
     if constexpr (sizeof...(Args) == 0) {
       detail::raise_no_arguments(options_.name);
     } else {
-      auto* outer = static_cast<Context*>(detail::current_device);
-      if (outer && detail::Access::runtime(*outer) != runtime_) outer = nullptr;
+      Context* const outer = enclosing_device();
       const int processes = outer ? 1 : runtime_->process_count();
       const int n = validate(processes, outer, args...);
-      const bool logging = detail::log_enabled(spdlog::level::debug);
-      const auto start = logging ? std::chrono::steady_clock::now()
-                                 : std::chrono::steady_clock::time_point{};
-
-      // The team: cached for top-level calls, shared with the other outer devices if nested,
-      // spanning every process's devices under MPI (this process runs [base, base + n)).
-      // Outputs and into() targets first: once a nested call joined the nesting rendezvous,
-      // it must start its inner devices, which its peers' inner devices may wait for.
-      detail::CallInfo call;
-      call.n = n;
-      Outputs outputs(call, out_);
+      const detail::DispatchTimer timer;
+      const detail::CallInfo call = call_info(n, outer);
+      // Outputs and into() targets before the team: a nested call that joined the nesting
+      // rendezvous must start its inner devices, which its peers' inner devices may wait for.
+      detail::OutputSet<R, Out> outputs(call, out_);
       if constexpr (!std::is_same_v<Target, std::nullptr_t>) outputs.bind(*target);
-
-      std::shared_ptr<detail::Team> child;
-      detail::Team* team = nullptr;
-      int base = 0;
-      if (outer) {
-        child = detail::join_nested(*outer, n, &options_.axis_name, *runtime_);
-        team = child.get();
-        base = detail::Access::member(*outer).index * n;
-        call.devices = runtime_->devices().data() + base;
-      } else {
-        base = runtime_->process_index() * n;
-        call.devices = options_.devices ? options_.devices->data() : runtime_->devices().data() + base;
-        const int global = n * processes;
-        team = cache_.take();
-        if (!team || team->size() != global) {
-          delete team;
-          const detail::AxisBinding axis{options_.axis_name, global};
-          std::vector<int> ids(static_cast<std::size_t>(global));
-          for (int c = 0; c < global; ++c)
-            ids[static_cast<std::size_t>(c)] = c >= base && c < base + n
-                                                   ? call.id(c - base)
-                                                   : runtime_->devices()[static_cast<std::size_t>(c)].id;
-          team = new detail::Team(global, std::span(&axis, 1), std::move(ids),
-                                  runtime_->num_threads(), base, n);
-        } else {
-          team->reset();
-        }
-      }
-      struct Release {
-        const Mapped* self;
-        detail::Team* team;
-        bool cached;
-        ~Release() {
-          if (cached) self->cache_.give(team);
-        }
-      } release{this, team, !outer};
-
-      void* const caller_device = detail::current_device;
-      runtime_->pool().run(n, [&](int i) {
-        const int index = base + i;
-        Context ctx = detail::Access::make(team, index, &call.devices[i], runtime_);
-        void* const previous = detail::current_device;
-        detail::current_device = &ctx;
-        team->slot(index).runner.store(&detail::thread_tag, std::memory_order_relaxed);
-        try {
-          if (team->cancelled()) throw detail::Cancelled{};
-          detail::Staging staging;
-          auto views = make_views<M>(i, staging, std::index_sequence_for<Args...>{}, args...);
-          if constexpr (std::is_void_v<R>)
-            detail::invoke_kernel(kernel_, ctx, std::move(views));
-          else
-            outputs.write(i, detail::invoke_kernel(kernel_, ctx, std::move(views)));
-        } catch (const detail::Cancelled&) {
-        } catch (...) {
-          team->fail(std::current_exception(), index);
-        }
-        team->finish(index);
-        detail::current_device = previous;
-      });
-      detail::current_device = caller_device;
-      if (processes > 1)
-        detail::finish_distributed_call(*team);
-      else if (std::exception_ptr error = team->error())
-        std::rethrow_exception(error);
+      const detail::TeamLease lease = lease_team(outer, call, processes);
+      run_devices<R>(lease, call, outputs, args...);
+      detail::rethrow_failure(lease.team(), processes);
       outputs.finish(options_.check_replicated);
-      if (logging) log_call(n, call, start, args...);
+      if (timer.on()) detail::log_dispatch(options_.name, n, call.devices, leaves(args...), timer.microseconds());
       return outputs.take();
     }
+  }
+
+  /// The device whose kernel calls this function (nesting, SPEC 3.5), if of the same runtime.
+  Context* enclosing_device() const {
+    Context* outer = detail::this_thread().device;
+    return outer && detail::Access::runtime(*outer) == runtime_ ? outer : nullptr;
+  }
+
+  /// This call's n devices: the devices option, else the runtime's, from first_device().
+  detail::CallInfo call_info(int n, const Context* outer) const {
+    if (!outer && options_.devices) return {n, options_.devices->data()};
+    return {n, runtime_->devices().data() + detail::first_device(*runtime_, outer, n)};
+  }
+
+  /// The team: cached for top-level calls, shared with the other outer devices if nested,
+  /// spanning every process's devices under MPI.
+  detail::TeamLease lease_team(Context* outer, const detail::CallInfo& call, int processes) const {
+    if (outer) return detail::TeamLease(*outer, call.n, options_.axis_name, *runtime_);
+    return detail::TeamLease(cache_, *runtime_, options_.axis_name, call.n, processes, call);
+  }
+
+  /// Runs the kernel on each device of the call, its results into the outputs.
+  template <class R, class Outputs, class... Args>
+  void run_devices(const detail::TeamLease& lease, const detail::CallInfo& call, Outputs& outputs,
+                   const Args&... args) const {
+    using M = detail::mapping_t<In, Args...>;
+    Context* const caller = detail::this_thread().device;
+    runtime_->pool().run(call.n, [&](int i) {
+      detail::run_device(lease.team(), lease.base() + i, &call.devices[i], runtime_, [&](Context& ctx) {
+        detail::Staging staging;
+        auto views = make_views<M>(i, staging, std::index_sequence_for<Args...>{}, args...);
+        if constexpr (std::is_void_v<R>)
+          detail::invoke_kernel(kernel_, ctx, std::move(views));
+        else
+          outputs.write(i, detail::invoke_kernel(kernel_, ctx, std::move(views)));
+      });
+    });
+    detail::this_thread().device = caller;
   }
 
   template <class M, std::size_t... K, class... Args>
@@ -263,16 +198,17 @@ class Mapped {
       return n;
     }
     int n = 0;
-    int kind = -1;
+    detail::Verdict verdict = detail::Verdict::valid;
     std::string error;
     try {
       n = survey(args...);
     } catch (const ValueError& e) {
-      kind = 0, error = e.what();
+      verdict = detail::Verdict::value_error, error = e.what();
     } catch (const TypeError& e) {
-      kind = 1, error = e.what();
+      verdict = detail::Verdict::type_error, error = e.what();
     }
-    detail::agree_on_call(kind, error, n, kind < 0 ? leaves(args...) : std::vector<detail::LeafInfo>{});
+    detail::agree_on_call(verdict, error, n,
+                          verdict == detail::Verdict::valid ? leaves(args...) : std::vector<detail::LeafInfo>{});
     check_sizes(n, processes, outer);
     return n;
   }
@@ -316,15 +252,6 @@ class Mapped {
       (detail::collect_leaves(args, M::template spec<K>::get(in_), K, out), ...);
     }(std::index_sequence_for<Args...>{});
     return out;
-  }
-
-  template <class... Args>
-  void log_call(int n, const detail::CallInfo& call, std::chrono::steady_clock::time_point start,
-                const Args&... args) const {
-    const double us = std::chrono::duration<double, std::micro>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
-    detail::log_dispatch(options_.name, n, call.devices, leaves(args...), us);
   }
 
   F kernel_;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pmap/axes.hpp"
+#include "pmap/detail/assert.hpp"
 #include "pmap/detail/errors.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 
@@ -53,8 +54,8 @@ template <class Arg, class S>
 using arg_view_t = typename tree_view<std::remove_cvref_t<Arg>, std::is_same_v<S, int>>::type;
 
 // ---- argument paths for messages ("args[1][0]") ------------------------------------------
-struct Path {
-  const Path* parent = nullptr;
+struct LeafPath {
+  const LeafPath* parent = nullptr;
   std::size_t index = 0;
   std::string str() const {
     return (parent ? parent->str() : std::string("args")) + "[" + std::to_string(index) + "]";
@@ -62,7 +63,7 @@ struct Path {
 };
 
 template <class Fn, class T>
-void for_each_leaf(const T& arg, const Path& path, Fn& fn) {
+void for_each_leaf(const T& arg, const LeafPath& path, Fn& fn) {
   using U = std::remove_cvref_t<T>;
   if constexpr (is_tensor_leaf_v<U>) {
     fn(arg, path);
@@ -71,12 +72,12 @@ void for_each_leaf(const T& arg, const Path& path, Fn& fn) {
       std::apply(
           [&](const auto&... elems) {
             std::size_t i = 0;
-            (for_each_leaf(elems, Path{&path, i++}, fn), ...);
+            (for_each_leaf(elems, LeafPath{&path, i++}, fn), ...);
           },
           arg);
     } else {
       std::size_t i = 0;
-      for (const auto& elem : arg) for_each_leaf(elem, Path{&path, i++}, fn);
+      for (const auto& elem : arg) for_each_leaf(elem, LeafPath{&path, i++}, fn);
     }
   } else {
     fn(arg, path);  // a non-tensor argument: rank 0
@@ -116,7 +117,7 @@ inline int normalize_in_axis(int d, int rank) {
 template <class Arg, class S>
 void survey_arg(const Arg& arg, S spec, std::size_t k, Survey& s) {
   if constexpr (std::is_same_v<S, int>) {
-    auto fn = [&](const auto& leaf, const Path&) {
+    auto fn = [&](const auto& leaf, const LeafPath&) {
       const Shape shape = leaf_shape(leaf);
       const int a = normalize_in_axis(spec, shape.rank);
       if (a < 0) {
@@ -133,19 +134,19 @@ void survey_arg(const Arg& arg, S spec, std::size_t k, Survey& s) {
       else if (size != s.n)
         s.sizes_differ = true;
     };
-    for_each_leaf(arg, Path{nullptr, k}, fn);
+    for_each_leaf(arg, LeafPath{nullptr, k}, fn);
   }
 }
 
 template <class Arg, class S>
 void collect_leaves(const Arg& arg, S spec, std::size_t k, std::vector<LeafInfo>& out) {
   if constexpr (std::is_same_v<S, int>) {
-    auto fn = [&](const auto& leaf, const Path& path) {
+    auto fn = [&](const auto& leaf, const LeafPath& path) {
       using L = std::remove_cvref_t<decltype(leaf)>;
       const Shape shape = leaf_shape(leaf);
       out.push_back({path.str(), leaf_dtype<L>(), shape, normalize_in_axis(spec, shape.rank)});
     };
-    for_each_leaf(arg, Path{nullptr, k}, fn);
+    for_each_leaf(arg, LeafPath{nullptr, k}, fn);
   }
 }
 
@@ -176,7 +177,8 @@ auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
   } else if constexpr (R == 0) {
     return Eigen::TensorMap<const Eigen::Tensor<T, 0, L>>(leaf.data());  // E3 before dispatch
   } else {
-    const int d = std::clamp(spec < 0 ? spec + R : spec, 0, R - 1);  // validated before dispatch
+    const int d = spec < 0 ? spec + R : spec;
+    PMAP_ASSERT(d >= 0 && d < R);  // E3 before dispatch
     const auto& dims = leaf.dimensions();
     Eigen::DSizes<Eigen::DenseIndex, R - 1> vdims;
     for (int a = 0; a < R - 1; ++a) vdims[a] = dims[a < d ? a : a + 1];

@@ -2,6 +2,7 @@
 /// @brief Out-of-line [[noreturn]] helpers that build and throw the messages of SPEC 5.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -40,6 +41,14 @@ struct LeafInfo {
                                       const Shape& expected, const char* dtype,
                                       const Shape& actual);
 [[noreturn]] void raise_unbound_axis(const std::string& axis);                     // E11
+/// psum_scatter: the scatter dimension is not the group size (untiled) or not a multiple.
+[[noreturn]] void raise_scatter_extent(std::int64_t extent, int n, bool tiled);
+/// all_to_all: the split axis is not the group size (untiled) or not a multiple of it.
+[[noreturn]] void raise_all_to_all_extent(const std::string& axis, int n, std::int64_t extent,
+                                          bool tiled);
+/// A kernel returning a std::vector of outputs returned another count than the first device.
+[[noreturn]] void raise_output_count_differs(int device, std::size_t count, int first_device,
+                                             std::size_t first_count);
 [[noreturn]] void raise_device_error(int device, const std::string& message);
 
 }  // namespace pmap::detail

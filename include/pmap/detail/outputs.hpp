@@ -124,29 +124,6 @@ std::string layout_tagged_dtype(int layout) {
   return std::string(dtype_name<T>()) + (layout == Eigen::ColMajor ? " (ColMajor)" : "");
 }
 
-template <class T, int R, int L>
-Eigen::DSizes<Eigen::DenseIndex, R> dsizes(const Shape& s) {
-  Eigen::DSizes<Eigen::DenseIndex, R> d;
-  for (int a = 0; a < R; ++a) d[a] = static_cast<Eigen::DenseIndex>(s.dims[static_cast<std::size_t>(a)]);
-  return d;
-}
-
-inline Shape insert_axis(const Shape& s, int axis, std::int64_t n) {
-  Shape out;
-  out.rank = s.rank + 1;
-  for (int a = 0, b = 0; a < out.rank; ++a)
-    out.dims[static_cast<std::size_t>(a)] = a == axis ? n : s.dims[static_cast<std::size_t>(b++)];
-  return out;
-}
-
-inline Shape remove_axis(const Shape& s, int axis) {
-  Shape out;
-  out.rank = s.rank - 1;
-  for (int a = 0, b = 0; a < s.rank; ++a)
-    if (a != axis) out.dims[static_cast<std::size_t>(b++)] = s.dims[static_cast<std::size_t>(a)];
-  return out;
-}
-
 /// Facts shared by the sinks of one call.
 struct CallInfo {
   int n = 0;
@@ -421,11 +398,7 @@ class OutputSet<std::vector<O, A>, Out> {
       once_.publish();
     }
     if (values.size() != sinks_.size())
-      raise_device_error(call_.id(i),
-                         "pmap kernel returned " + std::to_string(values.size()) +
-                             " outputs on device " + std::to_string(call_.id(i)) + " but " +
-                             std::to_string(sinks_.size()) + " on device " +
-                             std::to_string(call_.id(owner_)));
+      raise_output_count_differs(call_.id(i), values.size(), call_.id(owner_), sinks_.size());
     for (std::size_t k = 0; k < values.size(); ++k) sinks_[k].write(i, values[k]);
   }
   void finish(bool check) {

@@ -12,6 +12,8 @@
 #include <oneapi/tbb/task_group.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include "pmap/detail/thread_state.hpp"
+
 /// PMAP_DEVICE_THREADS: every device on its own std::thread, waits block the thread.
 /// For ThreadSanitizer, which cannot follow oneTBB's fibers; never faster.
 #if !defined(PMAP_DEVICE_THREADS)
@@ -35,9 +37,6 @@ class Run {
  protected:
   ~Run() = default;
 };
-
-/// The call whose device the current fiber runs (kept like current_device).
-inline thread_local Run* current_run = nullptr;
 
 /// The worker threads of a Runtime: one oneTBB task_arena, created once.
 class Pool {
@@ -80,15 +79,15 @@ class Pool {
     std::atomic<bool>& claimed(int i) { return heap ? heap[i] : inline_flags[i]; }
     /// Runs every device of [begin, end) that nobody has claimed yet.
     void loop(int begin, int end) {
-      Run* const previous = current_run;
+      Run* const previous = this_thread().run;
       for (int i = begin; i < end; ++i) {
         if (claimed(i).load(std::memory_order_relaxed) ||
             claimed(i).exchange(true, std::memory_order_relaxed))
           continue;
-        current_run = this;
+        this_thread().run = this;
         body(i);
       }
-      current_run = previous;
+      this_thread().run = previous;
     }
     void on_block() override {
       if (!all_claimed.load(std::memory_order_relaxed))

@@ -1,14 +1,13 @@
 /// @file team.hpp
-/// @brief Where a collective meets its peers: the rendezvous engine shared by every
-/// collective and by nested pmap.
+/// @brief The devices of one call and their barriers: where a device waits for its peers.
 ///
 /// A Team is the set of logical devices of one call (for a nested call: the whole grid of
-/// outer x inner devices). Each device owns one Slot. A collective is a sequence of phases;
-/// in each phase a device publishes "I reached phase k" in its slot and waits until every
-/// member of its group has too. Buffers are published in the slot before the first phase and
-/// read in place by the peers. A device that has to wait spins briefly when every device of
-/// the team can hold a thread, otherwise it suspends its oneTBB task (resumable tasks), so
-/// its worker thread runs other devices meanwhile.
+/// outer x inner devices). Each device owns one Slot. A collective is a sequence of phases
+/// (rendezvous.hpp); in each phase a device publishes "I reached phase k" in its slot and
+/// waits until every member of its group has too. A device that has to wait spins briefly
+/// when every device of the team can hold a thread, otherwise it suspends its oneTBB task
+/// (resumable tasks), so its worker thread runs other devices meanwhile. A failure cancels
+/// the team: waiting devices wake, drain their collective (Team::drain) and leave.
 #pragma once
 
 #include <atomic>
@@ -19,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <oneapi/tbb/spin_mutex.h>
@@ -26,9 +26,13 @@
 
 #include "pmap/axes.hpp"
 #include "pmap/detail/distributed.hpp"
+#include "pmap/detail/hash.hpp"
 #include "pmap/errors.hpp"
 #include "pmap/detail/pool.hpp"
+#include "pmap/detail/process_exchange.hpp"
+#include "pmap/detail/slot.hpp"
 #include "pmap/detail/tensor_traits.hpp"
+#include "pmap/detail/thread_state.hpp"
 #include "pmap/runtime.hpp"
 
 namespace pmap::detail {
@@ -61,74 +65,6 @@ struct AxisBinding {
   int size = 1;
 };
 
-/// What a device is doing in a collective: enough to check that the members agree and
-/// to name the collective in error messages.
-/// Inputs up to this size are copied into the device's slot before a collective over the whole
-/// team, alternating between two copies: peers then read the copy, not the caller's buffer,
-/// and the collective needs one barrier instead of two (the one before the next such
-/// collective ensures nobody still reads a copy when it is written again). Above it, peers
-/// read the caller's buffer in place and a second barrier releases it.
-inline constexpr std::size_t kStagedBytes = 8 * 1024;
-
-/// A buffer a device no longer needs (a donated input, or a tensor passed to
-/// Context::donate), kept in the device's slot for its next result of the same type and size:
-/// a chain `v = ctx.ppermute(std::move(v), ...)` then alternates between two buffers instead
-/// of mapping fresh memory for every result, also from one call to the next.
-struct SpareBuffer {
-  virtual ~SpareBuffer() = default;
-};
-template <class Tensor>
-struct SpareOf final : SpareBuffer {
-  explicit SpareOf(Tensor&& x) : tensor(std::move(x)) {}
-  Tensor tensor;
-};
-
-struct OpDesc {
-  const char* name = "";           ///< "psum"
-  std::uint64_t signature = 0;     ///< kind, dtype, shape, axes, groups, parameters
-  const char* dtype = "";
-  Shape shape;
-  int phases = 2;                  ///< barriers this collective takes
-};
-
-/// One device's place in a Team, in three groups of cache lines: what the peers read on every
-/// collective (the phase word they poll, and the signature and buffers published before the
-/// first phase: the poll that sees the new phase brings them along in the same line transfer);
-/// what only error messages read; and the suspension state.
-struct alignas(64) Slot {
-  std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
-  std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
-  /// The thread running this device (its thread_tag), kSuspendedRunner while suspended,
-  /// kResumingRunner once resumed until a thread continues it, nullptr before it starts: a
-  /// waiting peer spins only while that can help.
-  std::atomic<const void*> runner{nullptr};
-  // Published before the first phase of a collective, read by peers after it.
-  std::atomic<std::uint64_t> signature{0};
-  const void* in = nullptr;
-  void* out = nullptr;
-  /// Signature of the staged collective whose copy is staging->bytes[k] (with its ordinal).
-  std::atomic<std::uint64_t> staged_signature[2] = {0, 0};
-  alignas(64) const void* extra = nullptr;
-  OpDesc desc;
-  char axes[64] = {};
-  /// Two copies of small inputs (see kStagedBytes), allocated on first use by the owner.
-  struct alignas(64) Staging {
-    unsigned char bytes[2][kStagedBytes];
-  };
-  std::unique_ptr<Staging> staging;
-  /// The owner's spare buffers, oldest first (Access::keep_spare). They outlive the call:
-  /// a Team is kept by its Mapped for the next call with the same devices.
-  std::vector<std::unique_ptr<SpareBuffer>> spares;
-  // Guarded by Team::lock_.
-  alignas(64) bool suspended = false;
-  tbb::task::suspend_point resume_point = nullptr;
-  std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on
-  bool waiting = false;  ///< inside Team::wait (for error messages)
-  // Owner only (Team::arrive_and_wait, when devices may spin).
-  std::chrono::steady_clock::time_point departed{};  ///< left its previous barrier
-  std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
-};
-
 class Team {
  public:
   /// @param size devices in the team; @param axes outer to inner, product == size;
@@ -152,6 +88,32 @@ class Team {
   Slot& slot(int m) { return slots_[static_cast<std::size_t>(m)]; }
   const Slot& slot(int m) const { return slots_[static_cast<std::size_t>(m)]; }
 
+  /// Publishes what `me` calls, before its first barrier: the description error messages
+  /// read, the signature its peers compare and the buffers they read in place.
+  void publish(int me, const OpDesc& desc, std::string_view axes, std::uint64_t signature,
+               const void* in = nullptr, void* out = nullptr) {
+    Slot& s = slot(me);
+    s.describe(desc, axes);
+    s.in = in;
+    s.out = out;
+    s.signature.store(signature, std::memory_order_release);
+  }
+  /// publish() of the `ordinal`-th staged collective of `me`: the input is copied into the
+  /// slot (copy `ordinal % 2`, returned), and the copy is signed with the ordinal too, so that
+  /// a member that called something else cannot match an older copy. The regular signature
+  /// is the same, for a member that calls a collective that is not staged.
+  int publish_staged(int me, const OpDesc& desc, std::string_view axes, std::uint64_t signature,
+                     std::uint64_t ordinal, const void* in, std::size_t bytes) {
+    Slot& s = slot(me);
+    const int parity = static_cast<int>(ordinal & 1);
+    const std::uint64_t signed_copy = hash_mix(signature, ordinal);
+    s.describe(desc, axes);
+    s.stage(parity, in, bytes);
+    s.staged_signature[parity].store(signed_copy, std::memory_order_relaxed);
+    s.signature.store(signed_copy, std::memory_order_release);
+    return parity;
+  }
+
   /// Phase k of the current collective of `me`: publish, wake waiting peers, wait until every
   /// member reached it. Throws Cancelled if another device failed, DeviceError (E14) if a
   /// member returned from its kernel or called a different collective.
@@ -169,6 +131,10 @@ class Team {
   void check_agreement(int me, std::span<const int> members, std::uint64_t target,
                        int parity = -1) const;
 
+  /// Device `me` starts running on the calling thread.
+  void start(int me) {
+    slot(me).runner.store(&this_thread().tag, std::memory_order_relaxed);
+  }
   /// The kernel of `me` returned (normally or not): peers waiting on it learn so.
   void finish(int me);
   /// Records the first failure and wakes every waiting device, which then throws Cancelled.
@@ -183,13 +149,20 @@ class Team {
   bool distributed() const { return local_count_ != size_; }
   std::span<const int> local_members() const { return local_members_; }
   int local_leader() const { return local_begin_; }
-  /// Leader only: header round, then every member's input (`bytes` each) into gathered().
-  void exchange_gather(int me, std::size_t bytes);
-  /// Leader only: header round, then an in-place MPI allreduce of `data`.
-  void exchange_reduce(int me, void* data, std::size_t count, mpi::DType dtype, mpi::ReduceOp op);
+  /// Leader only: the exchange of a collective with the other processes (ProcessExchange):
+  /// every local member's input (`bytes` each) into gathered(), or an allreduce of `data`.
+  void exchange_gather(int me, std::size_t bytes) {
+    exchange_.gather(slot(me), &slot(local_begin_), local_count_, size_, bytes);
+  }
+  void exchange_reduce(int me, void* data, std::size_t count, mpi::DType dtype,
+                       mpi::ReduceOp op) {
+    exchange_.reduce(slot(me), data, count, dtype, op);
+  }
   /// After the exchange: every local member throws the leader's exchange failure, if any.
-  void raise_if_exchange_failed(int me) const;
-  const unsigned char* gathered() const { return gathered_.data(); }
+  void raise_if_exchange_failed(int me) const {
+    if (!exchange_.error().empty()) throw RemoteFailure(device_id(me), exchange_.error());
+  }
+  const unsigned char* gathered() const { return exchange_.gathered(); }
 
   /// Nested pmap, leader of the nesting rendezvous only: creates the child team of outer x
   /// inner devices. A child of a cancelled team starts cancelled, and fail() cancels the
@@ -206,8 +179,8 @@ class Team {
   /// The members short of `target`: all running (or about to start) on other threads than
   /// the caller's; some resumed and waiting for a thread, the others running elsewhere; or
   /// some suspended or queued on the caller's thread.
-  enum class Peers { running, resuming, blocked };
-  Peers awaited_peers(std::span<const int> members, std::uint64_t target) const;
+  enum class Awaited { running, resuming, blocked };
+  Awaited awaited(std::span<const int> members, std::uint64_t target) const;
   void wake(std::span<const int> members);
   void wake_all_locked();
   void resume_locked(Slot& s);
@@ -216,6 +189,9 @@ class Team {
   /// returns false instead of throwing when no local device is left running.
   bool suspend_until(int me, std::span<const int> members, std::uint64_t target,
                      bool draining = false);
+  /// Suspends `me`, whose Blocked scope holds the lock, until a peer resumes it.
+  class Blocked;
+  void suspend_locked(Slot& mine, Blocked& blocked);
   [[noreturn]] void raise_stuck(int me, std::span<const int> members, std::uint64_t target,
                                 int returned) const;
   std::string describe_deadlock() const;
@@ -230,8 +206,7 @@ class Team {
   int local_begin_ = 0;
   int local_count_ = 0;
   std::vector<int> local_members_;
-  std::vector<unsigned char> send_, gathered_;  // written by the local leader only
-  std::string exchange_error_;
+  ProcessExchange exchange_;
 
   // Read by every device on its way out: apart from the lock's cache line.
   alignas(64) std::atomic<int> sleepers_{0};  // == blocked_, readable without the lock
@@ -251,14 +226,8 @@ struct Member {
   std::uint64_t staged = 0;    ///< staged collectives so far (which copy is next)
 };
 
-/// One byte per thread: its address tells threads apart (Slot::runner).
-inline thread_local char thread_tag = 0;
 inline const void* const kSuspendedRunner = &kSuspendedRunner;
 /// Resumed by a peer, waiting for a thread to continue it (any thread of the arena may).
 inline const void* const kResumingRunner = &kResumingRunner;
-
-/// The device the current fiber runs (nullptr outside of kernels). Kept fiber-correct:
-/// devices set and restore it around their kernel, Team restores it after a suspension.
-inline thread_local void* current_device = nullptr;
 
 }  // namespace pmap::detail

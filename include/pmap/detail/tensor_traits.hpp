@@ -12,38 +12,9 @@
 
 #include <unsupported/Eigen/CXX11/Tensor>
 
+#include "pmap/detail/shape.hpp"
+
 namespace pmap::detail {
-
-/// Shapes are carried as a rank plus int64 extents (no allocation).
-inline constexpr int kMaxRank = 16;
-struct Shape {
-  int rank = 0;
-  std::array<std::int64_t, kMaxRank> dims{};
-  std::int64_t size() const {
-    std::int64_t s = 1;
-    for (int i = 0; i < rank; ++i) s *= dims[static_cast<std::size_t>(i)];
-    return s;
-  }
-  friend bool operator==(const Shape& a, const Shape& b) {
-    if (a.rank != b.rank) return false;
-    for (int i = 0; i < a.rank; ++i)
-      if (a.dims[static_cast<std::size_t>(i)] != b.dims[static_cast<std::size_t>(i)]) return false;
-    return true;
-  }
-};
-
-/// "(10, 4)", "(3,)", "()".
-std::string format_shape(const Shape& s);
-/// "float32[10,4]".
-std::string format_typed_shape(const char* dtype, const Shape& s);
-
-template <class Dims>
-Shape shape_of_dims(const Dims& d, int rank) {
-  Shape s;
-  s.rank = rank;
-  for (int i = 0; i < rank; ++i) s.dims[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(d[i]);
-  return s;
-}
 
 // ---- dtype names (numpy spelling) --------------------------------------------------------
 template <class T>

@@ -1,0 +1,134 @@
+/// @file dispatch.hpp
+/// @brief The steps of one call of a mapped function that are not about its types: the team
+/// it runs on (leased from the function's cache, shared with the other outer devices when
+/// nested, spanning the processes under MPI), one device's run, the agreement of processes,
+/// and the dispatch log line.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pmap/context.hpp"
+#include "pmap/detail/errors.hpp"
+#include "pmap/detail/outputs.hpp"
+#include "pmap/detail/team.hpp"
+#include "pmap/detail/thread_state.hpp"
+#include "pmap/logging.hpp"
+#include "pmap/runtime.hpp"
+
+namespace pmap::detail {
+
+/// Owns the team of the last top-level call of a Mapped, reused by the next one.
+class TeamCache {
+ public:
+  TeamCache() = default;
+  TeamCache(const TeamCache&) {}
+  TeamCache& operator=(const TeamCache&) { return *this; }
+  ~TeamCache() { delete team_.exchange(nullptr); }
+  Team* take() { return team_.exchange(nullptr, std::memory_order_acquire); }
+  void give(Team* team) { delete team_.exchange(team, std::memory_order_acq_rel); }
+
+ private:
+  std::atomic<Team*> team_{nullptr};
+};
+
+/// The team of one call, and where this process's devices start in it.
+class TeamLease {
+ public:
+  /// A top-level call's team: the cached one when it fits, else a new one; back to the
+  /// cache at the end of the call.
+  TeamLease(TeamCache& cache, const Runtime& runtime, const std::string& axis_name, int n,
+            int processes, const CallInfo& call);
+  /// A nested call's team: the child of the nesting rendezvous (join_nested).
+  TeamLease(Context& outer, int n, const std::string& axis_name, const Runtime& runtime);
+  ~TeamLease() {
+    if (cache_) cache_->give(team_);
+  }
+  TeamLease(const TeamLease&) = delete;
+  TeamLease& operator=(const TeamLease&) = delete;
+
+  Team& team() const { return *team_; }
+  /// Team index of this process's (or this outer device's) first device.
+  int base() const { return base_; }
+
+ private:
+  TeamCache* cache_ = nullptr;
+  Team* team_ = nullptr;
+  std::shared_ptr<Team> child_;
+  int base_ = 0;
+};
+
+/// The first device of this process's devices of a call over n devices per process (or of
+/// the outer device's inner devices, nested).
+int first_device(const Runtime& runtime, const Context* outer, int n);
+
+/// Runs device `index` of `team`: binds its Context to the thread for the kernel's duration,
+/// runs body(ctx), and tells the team how it ended (a failure cancels the others).
+template <class Body>
+void run_device(Team& team, int index, const Device* device, Runtime* runtime, Body&& body) {
+  Context ctx = Access::make(&team, index, device, runtime);
+  DeviceScope scope(&ctx);
+  team.start(index);
+  try {
+    if (team.cancelled()) throw Cancelled{};
+    body(ctx);
+  } catch (const Cancelled&) {
+  } catch (...) {
+    team.fail(std::current_exception(), index);
+  }
+  team.finish(index);
+}
+
+/// Times a dispatch for its debug log line, only when that line is logged.
+class DispatchTimer {
+ public:
+  DispatchTimer()
+      : on_(log_enabled(spdlog::level::debug)),
+        start_(on_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}) {}
+  bool on() const { return on_; }
+  double microseconds() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+/// After the devices: the first failure, rethrown as is; under MPI, every process's outcome
+/// first (a failure elsewhere is a DeviceError naming the device).
+void rethrow_failure(const Team& team, int processes);
+
+/// Joins the nesting rendezvous of the enclosing call: every outer device calls the inner
+/// pmap, the first creates the shared team of outer x inner devices.
+std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string& axis_name,
+                                  const Runtime& runtime);
+
+/// What validation said about a call on this process, sent to the others (SPEC 7).
+enum class Verdict : std::int32_t { valid = -1, value_error = 0, type_error = 1 };
+
+/// Multi-process: every process reports whether its arguments passed validation and what it
+/// passed; raises the same ValueError / TypeError on every process unless all agree.
+void agree_on_call(Verdict verdict, const std::string& error, std::int64_t n,
+                   const std::vector<LeafInfo>& leaves);
+
+/// Multi-process: after the local devices finished, learns every process's outcome and
+/// raises the local failure, or a DeviceError naming another process's failing device.
+void finish_distributed_call(const Team& team);
+
+/// Logs one dispatch at debug level.
+void log_dispatch(const std::string& name, int n, const Device* devices,
+                  const std::vector<LeafInfo>& leaves, double microseconds);
+
+/// Checks the devices option of pmap(): non-empty (E1), distinct, all from the runtime.
+void check_devices_option(const std::optional<std::vector<Device>>& devices,
+                          const Runtime& runtime);
+
+}  // namespace pmap::detail

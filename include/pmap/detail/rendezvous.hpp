@@ -1,0 +1,227 @@
+/// @file rendezvous.hpp
+/// @brief Where a collective meets its peers: the one engine under every collective.
+///
+/// A collective works as follows. The device describes it (a Collective: kind, dtype,
+/// shape, parameters, its input and output buffers) and publishes that in its team slot:
+/// the signature its peers compare, the buffers they read. It then meets its group at a
+/// barrier (Team::arrive_and_wait), checks that every member published the same signature
+/// (E14 otherwise), and runs the collective's work: a few lines of data movement over a
+/// Peers view, `input(k)` and `output(k)` of member k and `sync()` between two steps. A last
+/// barrier tells it that nobody reads its buffers any more, and it returns.
+///
+/// The engine picks one of three paths, the same on every member of a group (they agree on
+/// the signature, which decides it):
+/// - staged: small inputs of a collective over the whole team are copied into the slot, one
+///   of two copies by parity; peers read the copy, so the one barrier before the work is
+///   the only one (the next staged collective's barrier keeps a copy from being rewritten
+///   while it is read);
+/// - in place: peers read the caller's buffers; 2 barriers, plus one per sync();
+/// - gathered: across processes, the local devices meet, their leader exchanges every input
+///   with the other processes in one MPI call, and each device reads what it needs from the
+///   gathered copy (reductions over the whole team take the hierarchical reduction of
+///   reductions.hpp instead, over the same Meeting).
+///
+/// Whatever the path, every collective advances the phases by kPhasesPerCollective, and a
+/// device that leaves by an exception drains the barriers first (Meeting::run).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <initializer_list>
+#include <span>
+#include <utility>
+
+#include "pmap/detail/assert.hpp"
+#include "pmap/context.hpp"
+#include "pmap/detail/op_kind.hpp"
+#include "pmap/detail/shape.hpp"
+#include "pmap/detail/team.hpp"
+#include "pmap/detail/tensor_traits.hpp"
+
+namespace pmap::detail {
+
+/// Signature of a collective: kind, dtype, shape and the collective's own parameters.
+std::uint64_t op_signature(OpKind kind, const char* dtype, const Shape& shape,
+                           std::initializer_list<std::int64_t> params);
+
+/// What one device calls: everything the engine needs to publish it and meet its peers.
+struct Collective {
+  const char* name = "";        ///< "psum"
+  std::uint64_t signature = 0;  ///< op_signature(); the group's is added by the engine
+  const char* dtype = "";
+  Shape shape;                  ///< of the input
+  std::size_t bytes = 0;        ///< of the input
+  const void* in = nullptr;
+  void* out = nullptr;
+  int steps = 1;  ///< steps of the in-place work: it calls Peers::sync() steps - 1 times
+};
+
+/// Describes a collective of `name` and `kind` over an input of scalar T.
+template <class T>
+Collective describe(const char* name, OpKind kind, const Shape& shape,
+                    std::initializer_list<std::int64_t> params, const T* in, void* out,
+                    int steps = 1) {
+  return Collective{name,  op_signature(kind, dtype_name<T>(), shape, params),
+                    dtype_name<T>(), shape, static_cast<std::size_t>(shape.size()) * sizeof(T),
+                    in,    out,
+                    steps};
+}
+
+/// One device's part in one collective: the members it meets and the barriers so far. Every
+/// path is a sequence of meet() calls and work, run by run().
+class Meeting {
+ public:
+  Meeting(Member& me, std::span<const int> members, int phases)
+      : team_(*me.team), me_(me.index), members_(members), base_(me.phase), phases_(phases) {
+    PMAP_ASSERT(phases >= 1 && phases <= static_cast<int>(kPhasesPerCollective));
+    me.phase = base_ + kPhasesPerCollective;  // whichever path this is
+  }
+  Meeting(const Meeting&) = delete;
+  Meeting& operator=(const Meeting&) = delete;
+
+  /// The collective's next barrier.
+  void meet() {
+    PMAP_ASSERT(met_ < phases_);
+    team_.arrive_and_wait(me_, members_, base_ + static_cast<std::uint64_t>(++met_));
+  }
+  /// After the first barrier: every member published this collective (E14 otherwise); for a
+  /// staged collective, parity >= 0 names its copy.
+  void check(int parity = -1) const { team_.check_agreement(me_, members_, base_ + 1, parity); }
+
+  /// Runs body(), then the barriers it left. Leaving by an exception, first drains them
+  /// (Team::drain) outside the handler: a drain may suspend, which a handler must not.
+  template <class Body>
+  void run(Body&& body) {
+    std::exception_ptr failure;
+    try {
+      body();
+      while (met_ < phases_) meet();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (failure) {
+      team_.drain(me_, members_, base_ + 1, base_ + static_cast<std::uint64_t>(phases_));
+      std::rethrow_exception(failure);
+    }
+  }
+
+  Team& team() const { return team_; }
+
+ private:
+  Team& team_;
+  int me_;
+  std::span<const int> members_;
+  std::uint64_t base_;
+  int phases_;
+  int met_ = 0;
+};
+
+/// The engine's paths (see the top of this file).
+enum class Path { staged, in_place, gathered };
+
+/// What a collective's work sees of its group: member k's input and output, and sync().
+template <class T>
+class Peers {
+ public:
+  Peers(Meeting& meeting, const GroupInfo& g, Path path, int parity, std::size_t bytes)
+      : meeting_(meeting), team_(meeting.team()), g_(g), path_(path), parity_(parity),
+        bytes_(bytes) {}
+
+  int size() const { return static_cast<int>(g_.members.size()); }
+  /// This device's position in the group.
+  int position() const { return g_.position; }
+  const T* input(int k) const {
+    const Slot& s = team_.slot(member(k));
+    switch (path_) {
+      case Path::staged:
+        return reinterpret_cast<const T*>(s.staged_copy(parity_));
+      case Path::gathered:
+        return reinterpret_cast<const T*>(team_.gathered() + static_cast<std::size_t>(member(k)) * bytes_);
+      case Path::in_place:
+        break;
+    }
+    return static_cast<const T*>(s.published_in());
+  }
+  /// Member k's result buffer (in place only: a split reduction copies its peers' chunks).
+  const void* output(int k) const {
+    PMAP_ASSERT(path_ == Path::in_place);
+    return team_.slot(member(k)).published_out();
+  }
+  /// A barrier between two steps of the work (in place only).
+  void sync() {
+    PMAP_ASSERT(path_ == Path::in_place);
+    meeting_.meet();
+  }
+
+ private:
+  int member(int k) const { return g_.members[static_cast<std::size_t>(k)]; }
+
+  Meeting& meeting_;
+  const Team& team_;
+  const GroupInfo& g_;
+  Path path_;
+  int parity_;
+  std::size_t bytes_;
+};
+
+/// The path of collective `c` over group `g` (the same on every member that agrees on it).
+inline Path choose_path(const Team& team, const GroupInfo& g, const Collective& c) {
+  if (team.distributed()) return Path::gathered;
+  const bool whole_team = g.members.size() == static_cast<std::size_t>(team.size());
+  if (c.steps == 1 && team.size() > 1 && whole_team && c.bytes <= kStagedBytes)
+    return Path::staged;
+  return Path::in_place;
+}
+
+/// Runs collective `c` of this device over group `g`: publish, meet, work(peers), meet.
+template <class T, class Work>
+void rendezvous(Context& ctx, const GroupInfo& g, const Collective& c, Work&& work) {
+  Member& me = Access::member(ctx);
+  Team& team = *me.team;
+  const Path path = choose_path(team, g, c);
+  const std::uint64_t signature = c.signature ^ g.signature;
+  const OpDesc desc{c.name, c.dtype, c.shape};
+  switch (path) {
+    case Path::staged: {
+      const int parity = team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++,
+                                             c.in, c.bytes);
+      Meeting meeting(me, g.members, 1);
+      Peers<T> peers(meeting, g, path, parity, c.bytes);
+      meeting.run([&] {
+        meeting.meet();
+        meeting.check(parity);
+        work(peers);
+      });
+      return;
+    }
+    case Path::gathered: {
+      team.publish(me.index, desc, g.axis_label, signature, c.in, c.out);
+      Meeting meeting(me, team.local_members(), 3);
+      Peers<T> peers(meeting, g, path, -1, c.bytes);
+      meeting.run([&] {
+        meeting.meet();
+        meeting.check();
+        if (me.index == team.local_leader()) team.exchange_gather(me.index, c.bytes);
+        meeting.meet();
+        if (team.cancelled()) throw Cancelled{};  // the leader may have left without it
+        team.raise_if_exchange_failed(me.index);
+        work(peers);
+      });
+      return;
+    }
+    case Path::in_place: {
+      team.publish(me.index, desc, g.axis_label, signature, c.in, c.out);
+      Meeting meeting(me, g.members, c.steps + 1);
+      Peers<T> peers(meeting, g, path, -1, c.bytes);
+      meeting.run([&] {
+        meeting.meet();
+        meeting.check();
+        work(peers);
+      });
+      return;
+    }
+  }
+}
+
+}  // namespace pmap::detail

@@ -1,0 +1,107 @@
+/// @file slot.hpp
+/// @brief One device's place in a Team: what its peers read, what error messages read, what
+/// only the device itself touches, and its suspension state.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include <oneapi/tbb/task.h>
+
+#include "pmap/detail/shape.hpp"
+
+namespace pmap::detail {
+
+/// Inputs up to this size are copied into the device's slot before a collective over the whole
+/// team, alternating between two copies: peers then read the copy, not the caller's buffer,
+/// and the collective needs one barrier instead of two (the one before the next such
+/// collective ensures nobody still reads a copy when it is written again). Above it, peers
+/// read the caller's buffer in place and a second barrier releases it.
+inline constexpr std::size_t kStagedBytes = 8 * 1024;
+
+/// A buffer a device no longer needs (a donated input, or a tensor passed to
+/// Context::donate), kept in the device's slot for its next result of the same type and size:
+/// a chain `v = ctx.ppermute(std::move(v), ...)` then alternates between two buffers instead
+/// of mapping fresh memory for every result, also from one call to the next.
+struct SpareBuffer {
+  virtual ~SpareBuffer() = default;
+};
+template <class Tensor>
+struct SpareOf final : SpareBuffer {
+  explicit SpareOf(Tensor&& x) : tensor(std::move(x)) {}
+  Tensor tensor;
+};
+
+/// What a device is doing in a collective, for error messages.
+struct OpDesc {
+  const char* name = "";  ///< "psum"
+  const char* dtype = "";
+  Shape shape;
+};
+
+/// One device's place in a Team, in cache lines by who touches them: what the peers read on
+/// every collective (the phase word they poll, and the signature and buffers published before
+/// the first phase: the poll that sees the new phase brings them along in the same line
+/// transfer); what only error messages read; what only the owner uses; and the suspension
+/// state, guarded by the team's lock.
+struct alignas(64) Slot {
+  // ---- read by peers ------------------------------------------------------------------------
+  std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
+  std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
+  /// The thread running this device (its ThreadState::tag), kSuspendedRunner while suspended,
+  /// kResumingRunner once resumed until a thread continues it, nullptr before it starts: a
+  /// waiting peer spins only while that can help.
+  std::atomic<const void*> runner{nullptr};
+  /// Of the collective published last (Team::publish), read by peers after its first phase.
+  std::atomic<std::uint64_t> signature{0};
+  const void* in = nullptr;
+  void* out = nullptr;
+  /// Signature of the staged collective whose copy is staged_copy(k) (with its ordinal).
+  std::atomic<std::uint64_t> staged_signature[2] = {0, 0};
+
+  const void* published_in() const { return in; }
+  void* published_out() const { return out; }
+  const unsigned char* staged_copy(int parity) const { return staged_->bytes[parity]; }
+
+  // ---- read by error messages -------------------------------------------------------------
+  alignas(64) OpDesc desc;
+  char axes[64] = {};
+  void describe(const OpDesc& d, std::string_view axis_label) {
+    desc = d;
+    const std::size_t len = std::min(axis_label.size(), sizeof(axes) - 1);
+    std::memcpy(axes, axis_label.data(), len);
+    axes[len] = '\0';
+  }
+
+  // ---- the owner's --------------------------------------------------------------------------
+  /// Copies `bytes` of `in` into copy `parity` (see kStagedBytes), allocated on first use.
+  void stage(int parity, const void* data, std::size_t bytes) {
+    if (!staged_) staged_ = std::make_unique<StagedCopies>();
+    if (bytes > 0) std::memcpy(staged_->bytes[parity], data, bytes);
+  }
+  /// The owner's spare buffers, oldest first (Access::keep_spare). They outlive the call:
+  /// a Team is kept by its Mapped for the next call with the same devices.
+  std::vector<std::unique_ptr<SpareBuffer>> spares;
+  std::chrono::steady_clock::time_point departed{};    ///< left its previous barrier
+  std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
+
+  // ---- suspension, guarded by Team::lock_ ---------------------------------------------------
+  alignas(64) bool suspended = false;
+  tbb::task::suspend_point resume_point = nullptr;
+  std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on
+
+ private:
+  struct alignas(64) StagedCopies {
+    unsigned char bytes[2][kStagedBytes];
+  };
+  std::unique_ptr<StagedCopies> staged_;
+};
+
+}  // namespace pmap::detail

@@ -1,0 +1,47 @@
+/// @file thread_state.hpp
+/// @brief All per-thread state of the library, in one struct (as oneTBB's thread_data):
+/// which device the current fiber runs, for which call, and the thread's identity.
+#pragma once
+
+namespace pmap {
+class Context;
+}
+
+namespace pmap::detail {
+
+class Run;
+
+/// What the current thread is running. Kept fiber-correct: a device sets and restores it
+/// around its kernel (DeviceScope), the pool around each device it runs, and Team around a
+/// suspension (a resumed device may continue on another thread, whose state it restores).
+struct ThreadState {
+  /// Its address tells threads apart (Slot::runner).
+  char tag = 0;
+  /// The device the current fiber runs (nullptr outside of kernels): a pmap called from a
+  /// kernel nests inside it.
+  Context* device = nullptr;
+  /// The call whose device the current fiber runs: Team asks it for a worker (Run::on_block)
+  /// before a device suspends.
+  Run* run = nullptr;
+};
+
+inline ThreadState& this_thread() {
+  static thread_local ThreadState state;
+  return state;
+}
+
+/// Sets the current thread's device for a scope and restores the previous one after it.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Context* device) : previous_(this_thread().device) {
+    this_thread().device = device;
+  }
+  ~DeviceScope() { this_thread().device = previous_; }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Context* previous_;
+};
+
+}  // namespace pmap::detail
