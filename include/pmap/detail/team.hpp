@@ -143,7 +143,13 @@ class Team {
   /// Global id of the device that failed first (-1 if none).
   int error_device() const { return error_device_; }
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
-  std::exception_ptr error() const { return error_; }
+  /// The first failure, or nullptr. Read under the lock: a nested call's team can still be
+  /// cancelled by its parent (fail() of the outer team) after this device's inner call joined.
+  std::exception_ptr error() const {
+    if (!cancelled()) return nullptr;
+    tbb::spin_mutex::scoped_lock guard(lock_);
+    return error_;
+  }
 
   // ---- teams that span processes (MPI) --------------------------------------------------
   bool distributed() const { return local_count_ != size_; }
@@ -211,9 +217,9 @@ class Team {
   // Read by every device on its way out: apart from the lock's cache line.
   alignas(64) std::atomic<int> sleepers_{0};  // == blocked_, readable without the lock
   std::atomic<bool> cancelled_{false};
-  alignas(64) tbb::spin_mutex lock_;
+  alignas(64) mutable tbb::spin_mutex lock_;
   int blocked_ = 0;                 // guarded by lock_
-  std::exception_ptr error_;        // written once under lock_, read after the join
+  std::exception_ptr error_;        // written once under lock_, read under it (error())
   int error_device_ = -1;
   std::shared_ptr<Team> child_;     // written under lock_ by the nesting leader
 };
