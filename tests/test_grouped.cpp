@@ -26,19 +26,6 @@
 
 #include "collective_util.hpp"
 
-// Sanitizer builds (ASan + UBSan, TSan) run about ten times slower and run every device on a
-// thread of its own: fewer repetitions and smaller operands there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PMAP_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PMAP_TEST_SANITIZED 1
-#endif
-#endif
-#ifndef PMAP_TEST_SANITIZED
-#define PMAP_TEST_SANITIZED 0
-#endif
-
 namespace {
 
 using namespace coll_test;
@@ -46,7 +33,6 @@ using namespace coll_test;
 using F1 = Tensor<float, 1>;
 using F2 = Tensor<float, 2>;
 
-constexpr bool kSanitized = PMAP_TEST_SANITIZED != 0;
 
 /// Elements per device that land on each path (float32).
 constexpr Index kSmall = 37;      // 148 B: staged over the whole axis, in place in a group

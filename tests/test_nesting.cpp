@@ -321,6 +321,18 @@ TEST(NestingErrors, UnboundNameInsideTheInnerKernel) {
 
 // ---- failures after grouped collectives inside an inner call ---------------------------------
 
+/// The inner call of the NestingGrouped cases, over an axis j of size 1 (the last axis of its
+/// argument): a grouped all_to_all over the outer axis i within `pairs`, then a psum over j.
+auto pair_exchange(pmap::Runtime& rt, const pmap::Groups& pairs) {
+  return pmap::pmap(
+      [&pairs](pmap::Context& ctx, auto v) {
+        Tensor<double, 3, ColMajor> t = v;
+        t = ctx.all_to_all(t, {"i"}, 2, 2, pairs);
+        return ctx.psum(t, "j");
+      },
+      pmap::in_axes(-1), pmap::out_axes(pmap::none), on_axis(rt, "j"));
+}
+
 TEST(NestingGrouped, GroupedAllToAllOverTheOuterNameInsideAnInnerCallOfSizeOne) {
   // Outer axis i over 6, inner axis j over 1 (mapping the last axis, of size 1): the inner
   // kernel exchanges halves within pairs of the outer axis, then sums over j.
@@ -332,13 +344,7 @@ TEST(NestingGrouped, GroupedAllToAllOverTheOuterNameInsideAnInnerCallOfSizeOne) 
     pmap::Runtime* r = &rt;
     auto outer = pmap::pmap(
         [r, &pairs](pmap::Context&, auto xi) {
-          auto inner = pmap::pmap(
-              [&pairs](pmap::Context& ctx, auto v) {
-                D3 t = v;
-                t = ctx.all_to_all(t, {"i"}, 2, 2, pairs);
-                return ctx.psum(t, "j");
-              },
-              pmap::in_axes(-1), pmap::out_axes(pmap::none), on_axis(*r, "j"));
+          auto inner = pair_exchange(*r, pairs);
           D3 out = inner(xi);
           return out;
         },
@@ -375,13 +381,7 @@ TEST(NestingGrouped, UnboundNameAfterAnInnerCallWithAGroupedAllToAllIsNameError)
     pmap::Runtime* r = &rt;
     auto outer = pmap::pmap(
         [r, &pairs](pmap::Context& octx, auto xi) {
-          auto inner = pmap::pmap(
-              [&pairs](pmap::Context& ctx, auto v) {
-                D3 t = v;
-                t = ctx.all_to_all(t, {"i"}, 2, 2, pairs);
-                return ctx.psum(t, "j");
-              },
-              pmap::in_axes(-1), pmap::out_axes(pmap::none), on_axis(*r, "j"));
+          auto inner = pair_exchange(*r, pairs);
           D3 out = inner(xi);
           return octx.psum(out, "j");
         },

@@ -48,34 +48,10 @@
 
 #include "collective_util.hpp"
 
-// Sanitizer builds (ASan + UBSan, TSan) run about ten times slower and run every device on a
-// thread of its own: fewer programs and smaller operands there.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PMAP_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PMAP_TEST_SANITIZED 1
-#endif
-#endif
-#ifndef PMAP_TEST_SANITIZED
-#define PMAP_TEST_SANITIZED 0
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define PMAP_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define PMAP_TEST_TSAN 1
-#endif
-#endif
-#ifndef PMAP_TEST_TSAN
-#define PMAP_TEST_TSAN 0
-#endif
-
 namespace {
 
 using namespace coll_test;
 
-constexpr bool kSanitized = PMAP_TEST_SANITIZED != 0;
 
 /// Elements (4 bytes each) per device of each size class.
 constexpr Index kSmallMax = 2048;                         // 8 KiB: staged over the whole axis
@@ -874,7 +850,7 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg) {
 
 /// Programs per TEST: 180 in all (about 5 s on two idle cores); ASan runs about 4x slower,
 /// TSan about 15x (measured: 5 s and 23 s for 80 and 40 programs on two busy cores).
-constexpr int kPrograms = PMAP_TEST_TSAN ? 10 : kSanitized ? 20 : 45;
+constexpr int kPrograms = kThreadSanitizer ? 10 : kSanitized ? 20 : 45;
 
 TEST(RandomPrograms, GroupedReductionsBetweenWholeAxisCollectives) {
   GenConfig cfg;

@@ -27,6 +27,34 @@
 
 namespace pmap_test {
 
+// ---- sanitizer builds ----------------------------------------------------------------------
+// ASan + UBSan and TSan builds run about ten times slower and run every device on a thread of
+// its own: stress tests use fewer repetitions and smaller operands there.
+#if defined(__SANITIZE_THREAD__)
+#define PMAP_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PMAP_TEST_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define PMAP_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PMAP_TEST_ASAN 1
+#endif
+#endif
+#if defined(PMAP_TEST_TSAN)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+#if defined(PMAP_TEST_TSAN) || defined(PMAP_TEST_ASAN)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 using Eigen::ColMajor;
 using Eigen::Index;
 using Eigen::RowMajor;
