@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cstring>
-#include <utility>
 
 namespace pmap::detail {
 namespace {
@@ -30,20 +29,13 @@ std::string check_headers(const Slot& mine, std::uint64_t bytes) {
   return {};
 }
 
-/// What the local devices learn when their leader left an exchange by an exception (which the
-/// leader itself reports): they must not read what it did not receive.
-std::string interrupted(const Slot& mine) {
-  return fmt::format("{} over axis {}: the exchange with the other processes did not complete",
-                     mine.desc.name, mine.axes);
-}
-
 }  // namespace
 
 void ProcessExchange::gather(const Slot& mine, const Slot* local, int count, int size,
                              std::size_t bytes) {
-  error_ = interrupted(mine);
-  std::string error = check_headers(mine, bytes);
-  if (error.empty()) {
+  complete_ = false;
+  error_ = check_headers(mine, bytes);
+  if (error_.empty()) {
     send_.resize(static_cast<std::size_t>(count) * bytes);
     for (int k = 0; k < count && bytes > 0; ++k)
       std::memcpy(send_.data() + static_cast<std::size_t>(k) * bytes, local[k].published_in(),
@@ -51,15 +43,22 @@ void ProcessExchange::gather(const Slot& mine, const Slot* local, int count, int
     gathered_.resize(static_cast<std::size_t>(size) * bytes);
     mpi::allgather(send_.data(), send_.size(), gathered_.data());
   }
-  error_ = std::move(error);
+  complete_ = true;
 }
 
 void ProcessExchange::reduce(const Slot& mine, void* data, std::size_t count, mpi::DType dtype,
                              mpi::ReduceOp op) {
-  error_ = interrupted(mine);
-  std::string error = check_headers(mine, count);
-  if (error.empty()) mpi::allreduce(data, count, dtype, op);
-  error_ = std::move(error);
+  complete_ = false;
+  error_ = check_headers(mine, count);
+  if (error_.empty()) mpi::allreduce(data, count, dtype, op);
+  complete_ = true;
+}
+
+std::string ProcessExchange::error(const Slot& mine) const {
+  if (!complete_)
+    return fmt::format("{} over axis {}: the exchange with the other processes did not complete",
+                       mine.desc.name, mine.axes);
+  return error_;
 }
 
 }  // namespace pmap::detail

@@ -16,7 +16,6 @@
 
 namespace pmap::detail {
 
-int canonical_axis(int axis, int ndim);  // "axis {axis} is out of bounds ..." otherwise
 /// ppermute: indices in range, sources and destinations unique (SPEC 5, 8.4).
 void check_permutation_pairs(const std::vector<std::pair<int, int>>& perm, const GroupInfo& g);
 /// pshuffle: perm is a permutation of [0, n).

@@ -21,14 +21,20 @@ class ProcessExchange {
   /// Leader only: the header round, then an in-place allreduce of `data`.
   void reduce(const Slot& mine, void* data, std::size_t count, mpi::DType dtype,
               mpi::ReduceOp op);
-  /// After the exchange, on every local device: what went wrong, empty if nothing did.
-  const std::string& error() const { return error_; }
+  /// After the exchange, on every local device: whether it went wrong (another process
+  /// disagreed, or the leader left it by an exception), and what to say, from `mine`.
+  bool failed() const { return !complete_ || !error_.empty(); }
+  std::string error(const Slot& mine) const;
   const unsigned char* gathered() const { return gathered_.data(); }
-  void reset() { error_.clear(); }
+  void reset() {
+    error_.clear();
+    complete_ = true;
+  }
 
  private:
   std::vector<unsigned char> send_, gathered_;  // written by the leader only
-  std::string error_;
+  std::string error_;      ///< the header round's verdict, empty if every process agreed
+  bool complete_ = true;   ///< false while the leader is inside an exchange
 };
 
 }  // namespace pmap::detail

@@ -19,8 +19,6 @@
 
 namespace pmap::detail {
 
-int canonical_axis(int axis, int ndim);  // "axis {axis} is out of bounds ..." otherwise
-
 template <class Acc>
 constexpr mpi::DType mpi_dtype() {
   if constexpr (std::is_same_v<Acc, float>) return mpi::DType::f32;

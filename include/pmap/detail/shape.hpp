@@ -49,6 +49,10 @@ Eigen::DSizes<Eigen::DenseIndex, R> dsizes(const Shape& s) {
   return d;
 }
 
+/// `axis` normalised against `ndim` dimensions (negatives count from the end); a ValueError
+/// `axis {axis} is out of bounds for array of dimension {ndim}` otherwise.
+int canonical_axis(int axis, int ndim);
+
 inline Shape insert_axis(const Shape& s, int axis, std::int64_t n) {
   Shape out;
   out.rank = s.rank + 1;

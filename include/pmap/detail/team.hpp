@@ -166,7 +166,7 @@ class Team {
   }
   /// After the exchange: every local member throws the leader's exchange failure, if any.
   void raise_if_exchange_failed(int me) const {
-    if (!exchange_.error().empty()) throw RemoteFailure(device_id(me), exchange_.error());
+    if (exchange_.failed()) throw RemoteFailure(device_id(me), exchange_.error(slot(me)));
   }
   const unsigned char* gathered() const { return exchange_.gathered(); }
 
