@@ -33,6 +33,19 @@ TeamLease::TeamLease(TeamCache& cache, const Runtime& runtime, const std::string
   team_ = new Team(global, std::span(&axis, 1), std::move(ids), runtime.num_threads(), base_, n);
 }
 
+TeamLease::TeamLease(TeamCache& cache, const Runtime& runtime, std::span<const AxisBinding> axes,
+                     const CallInfo& call)
+    : cache_(&cache), team_(cache.take()) {
+  if (team_ && team_->size() == call.n) {
+    team_->reset();
+    return;
+  }
+  delete team_;
+  std::vector<int> ids(static_cast<std::size_t>(call.n));
+  for (int c = 0; c < call.n; ++c) ids[static_cast<std::size_t>(c)] = call.id(c);
+  team_ = new Team(call.n, axes, std::move(ids), runtime.num_threads());
+}
+
 TeamLease::TeamLease(Context& outer, int n, const std::string& axis_name, const Runtime& runtime)
     : child_(join_nested(outer, n, axis_name, runtime)),
       base_(first_device(runtime, &outer, n)) {

@@ -126,6 +126,22 @@ void raise_not_replicated(int output, int device) {
       output, device));
 }
 
+void raise_block_shapes_differ(const std::string& name, int output, int device, int a,
+                               const Shape& shape_a, int b, const Shape& shape_b) {
+  throw DeviceError(device, fmt::format("{} output {} has a block of shape {} on device {} but of "
+                                        "shape {} on device {}; blocks may differ only along the "
+                                        "dimensions out_specs[{}] splits",
+                                        name, output, format_shape(shape_a), a,
+                                        format_shape(shape_b), b, output));
+}
+
+void raise_not_replicated_along(const std::string& name, int output, const std::string& axis,
+                                int i, int j) {
+  throw ValueError(fmt::format("{} out_specs[{}] does not name mesh axis '{}', so output {} must "
+                               "be equal along it, but device {} differs from device {}",
+                               name, output, axis, output, i, j));
+}
+
 void raise_into_mismatch(int output, const char* expected_dtype, const Shape& expected,
                          const char* dtype, const Shape& actual) {
   throw ValueError(fmt::format(

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <vector>
 
+#include <pmap/detail/blocks.hpp>
 #include <pmap/detail/layout.hpp>
 
 namespace {
@@ -161,6 +163,77 @@ TEST(Layout, AllToAllPlanMatchesTheDefinitionForEveryAxisPairAndLayout) {
                 << " p=" << p;
           }
         }
+}
+
+// ---- shard_map's blocks (blocks.hpp) --------------------------------------------------------
+
+TEST(Blocks, RangesCoverEveryElementOnceAndDifferByAtMostOne) {
+  for (std::int64_t s = 0; s <= 23; ++s)
+    for (std::int64_t k = 1; k <= 9; ++k) {
+      std::int64_t next = 0, lo = s, hi = 0;
+      for (std::int64_t b = 0; b < k; ++b) {
+        const auto r = pmap::detail::block_range(s, k, b);
+        EXPECT_EQ(r.start, next) << s << "/" << k << " block " << b;
+        next += r.extent;
+        lo = std::min(lo, r.extent);
+        hi = std::max(hi, r.extent);
+        if (b > 0) {
+          EXPECT_LE(r.extent, pmap::detail::block_range(s, k, b - 1).extent) << "larger blocks first";
+        }
+      }
+      EXPECT_EQ(next, s);
+      EXPECT_LE(hi - lo, 1);
+    }
+}
+
+TEST(Blocks, ContiguousExactlyWhenOneRunOfMemory) {
+  using pmap::detail::Block;
+  for (const int layout : {Eigen::RowMajor, Eigen::ColMajor}) {
+    const Shape full = shape({4, 3, 5});
+    // Every box of extents (e0, e1, e2) at offsets (1 if partial): contiguous iff its
+    // elements' offsets form one run.
+    for (std::int64_t e0 = 0; e0 <= 4; ++e0)
+      for (std::int64_t e1 = 0; e1 <= 3; ++e1)
+        for (std::int64_t e2 = 0; e2 <= 5; ++e2) {
+          Block b{full, {e0 < 4 ? 0 : 0, e1 < 3 ? 0 : 0, e2 < 5 ? 0 : 0}, shape({e0, e1, e2})};
+          std::vector<std::int64_t> offsets;
+          for_each_index(b.extent, [&](const std::vector<std::int64_t>& idx) { offsets.push_back(offset(full, idx, layout)); });
+          std::sort(offsets.begin(), offsets.end());
+          bool run = true;
+          for (std::size_t k = 1; k < offsets.size(); ++k) run = run && offsets[k] == offsets[k - 1] + 1;
+          EXPECT_EQ(pmap::detail::block_contiguous(b, layout), run)
+              << "layout " << layout << " extents " << e0 << "," << e1 << "," << e2;
+        }
+  }
+}
+
+TEST(Blocks, CopyFromAndIntoABlockRoundTrips) {
+  for (const int layout : {Eigen::RowMajor, Eigen::ColMajor}) {
+    const Shape full = shape({5, 4, 3});
+    std::vector<int> src(static_cast<std::size_t>(full.size()));
+    std::iota(src.begin(), src.end(), 0);
+    pmap::detail::Block b{full, {1, 2, 0}, shape({3, 2, 3})};
+    std::vector<int> dense(static_cast<std::size_t>(b.extent.size()));
+    pmap::detail::copy_from_block(dense.data(), src.data(), b, layout);
+    std::size_t k = 0;
+    for_each_index(b.extent, [&](const std::vector<std::int64_t>& idx) {
+      std::vector<std::int64_t> at = idx;
+      for (int d = 0; d < 3; ++d) at[static_cast<std::size_t>(d)] += b.start[static_cast<std::size_t>(d)];
+      // dense is in the block's own memory order
+      EXPECT_EQ(dense[static_cast<std::size_t>(offset(b.extent, idx, layout))], src[static_cast<std::size_t>(offset(full, at, layout))]);
+      ++k;
+    });
+    EXPECT_EQ(k, dense.size());
+    std::vector<int> back(src.size(), -1);
+    pmap::detail::copy_into_block(back.data(), dense.data(), b, layout, false);
+    int written = 0;
+    for (std::size_t i = 0; i < back.size(); ++i)
+      if (back[i] != -1) {
+        EXPECT_EQ(back[i], src[i]);
+        ++written;
+      }
+    EXPECT_EQ(written, 18);
+  }
 }
 
 }  // namespace

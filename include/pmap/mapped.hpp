@@ -16,6 +16,7 @@
 #include "pmap/context.hpp"
 #include "pmap/detail/arguments.hpp"
 #include "pmap/detail/dispatch.hpp"
+#include "pmap/detail/engine.hpp"
 #include "pmap/detail/kernel.hpp"
 #include "pmap/detail/outputs.hpp"
 #include "pmap/detail/pool.hpp"
@@ -130,16 +131,23 @@ class Mapped {
       const int n = validate(processes, outer, args...);
       const detail::DispatchTimer timer;
       const detail::CallInfo call = call_info(n, outer);
-      // Outputs and into() targets before the team: a nested call that joined the nesting
-      // rendezvous must start its inner devices, which its peers' inner devices may wait for.
-      detail::OutputSet<R, Out> outputs(call, out_);
-      if constexpr (!std::is_same_v<Target, std::nullptr_t>) outputs.bind(*target);
-      const detail::TeamLease lease = lease_team(outer, call, processes);
-      run_devices<R>(lease, call, outputs, args...);
-      detail::rethrow_failure(lease.team(), processes);
-      outputs.finish(options_.check_replicated);
-      if (timer.on()) detail::log_dispatch(options_.name, n, call.devices, leaves(args...), timer.microseconds());
-      return outputs.take();
+      using M = detail::mapping_t<In, Args...>;
+      auto views = [&](int i, detail::Staging& staging) {
+        return make_views<M>(i, staging, std::index_sequence_for<Args...>{}, args...);
+      };
+      auto lease = [&] { return lease_team(outer, call, processes); };
+      auto finish = [&] {
+        if (timer.on()) detail::log_dispatch(options_.name, n, call.devices, leaves(args...), timer.microseconds());
+      };
+      if constexpr (std::is_void_v<R>) {
+        detail::execute<R>(kernel_, out_, target, call, *runtime_, processes, options_.check_replicated, lease, views);
+        finish();
+      } else {
+        auto result = detail::execute<R>(kernel_, out_, target, call, *runtime_, processes,
+                                         options_.check_replicated, lease, views);
+        finish();
+        return result;
+      }
     }
   }
 
@@ -151,8 +159,14 @@ class Mapped {
 
   /// This call's n devices: the devices option, else the runtime's, from first_device().
   detail::CallInfo call_info(int n, const Context* outer) const {
-    if (!outer && options_.devices) return {n, options_.devices->data()};
-    return {n, runtime_->devices().data() + detail::first_device(*runtime_, outer, n)};
+    detail::CallInfo call;
+    call.n = n;
+    call.devices = !outer && options_.devices
+                       ? options_.devices->data()
+                       : runtime_->devices().data() + detail::first_device(*runtime_, outer, n);
+    call.mesh = detail::MeshShape::line(n, &options_.axis_name);
+    call.name = &options_.name;
+    return call;
   }
 
   /// The team: cached for top-level calls, shared with the other outer devices if nested,
@@ -160,25 +174,6 @@ class Mapped {
   detail::TeamLease lease_team(Context* outer, const detail::CallInfo& call, int processes) const {
     if (outer) return detail::TeamLease(*outer, call.n, options_.axis_name, *runtime_);
     return detail::TeamLease(cache_, *runtime_, options_.axis_name, call.n, processes, call);
-  }
-
-  /// Runs the kernel on each device of the call, its results into the outputs.
-  template <class R, class Outputs, class... Args>
-  void run_devices(const detail::TeamLease& lease, const detail::CallInfo& call, Outputs& outputs,
-                   const Args&... args) const {
-    using M = detail::mapping_t<In, Args...>;
-    Context* const caller = detail::this_thread().device;
-    runtime_->pool().run(call.n, [&](int i) {
-      detail::run_device(lease.team(), lease.base() + i, &call.devices[i], runtime_, [&](Context& ctx) {
-        detail::Staging staging;
-        auto views = make_views<M>(i, staging, std::index_sequence_for<Args...>{}, args...);
-        if constexpr (std::is_void_v<R>)
-          detail::invoke_kernel(kernel_, ctx, std::move(views));
-        else
-          outputs.write(i, detail::invoke_kernel(kernel_, ctx, std::move(views)));
-      });
-    });
-    detail::this_thread().device = caller;
   }
 
   template <class M, std::size_t... K, class... Args>

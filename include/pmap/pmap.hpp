@@ -15,5 +15,7 @@
 #include "pmap/eval.hpp"
 #include "pmap/logging.hpp"
 #include "pmap/mapped.hpp"
+#include "pmap/mesh.hpp"
 #include "pmap/options.hpp"
 #include "pmap/runtime.hpp"
+#include "pmap/shard_map.hpp"

@@ -15,6 +15,7 @@
 
 #include "pmap/axes.hpp"
 #include "pmap/detail/assert.hpp"
+#include "pmap/detail/blocks.hpp"
 #include "pmap/detail/errors.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 
@@ -151,51 +152,31 @@ void collect_leaves(const Arg& arg, S spec, std::size_t k, std::vector<LeafInfo>
 }
 
 // ---- per-device views ----------------------------------------------------------------------
-/// Staging buffers of one device for slices that are strided in memory.
-class Staging {
- public:
-  template <class T>
-  T* allocate(std::int64_t count) {
-    buffers_.push_back(std::make_unique<unsigned char[]>(
-        static_cast<std::size_t>(count) * sizeof(T)));
-    return reinterpret_cast<T*>(buffers_.back().get());
-  }
-
- private:
-  std::vector<std::unique_ptr<unsigned char[]>> buffers_;
+/// shard_map's spec entry for one argument: every leaf is cut by `partition` over `mesh`.
+struct ShardCut {
+  const Partition* partition;
+  const MeshShape* mesh;
 };
 
-/// Slice i of a tensor leaf along axis spec (or the whole leaf for none).
+/// Device i's view of a tensor leaf: slice i along axis spec (pmap), the whole leaf (none),
+/// or device i's block of a shard_map partition.
 template <class Leaf, class S>
 auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
   using Tr = tensor_leaf<std::remove_cvref_t<Leaf>>;
-  using T = typename Tr::scalar;
   constexpr int R = Tr::rank;
-  constexpr int L = Tr::layout;
-  if constexpr (!std::is_same_v<S, int>) {
-    return Eigen::TensorMap<const Eigen::Tensor<T, R, L>>(leaf.data(), leaf.dimensions());
-  } else if constexpr (R == 0) {
-    return Eigen::TensorMap<const Eigen::Tensor<T, 0, L>>(leaf.data());  // E3 before dispatch
+  const Shape shape = shape_of_dims(leaf.dimensions(), R);
+  if constexpr (std::is_same_v<S, int>) {
+    if constexpr (R == 0) {
+      return block_view<true>(leaf, Block{shape, {}, shape}, 0, staging);  // E3 before dispatch
+    } else {
+      const int d = spec < 0 ? spec + R : spec;
+      PMAP_ASSERT(d >= 0 && d < R);  // E3 before dispatch
+      return block_view<true>(leaf, slice_of(shape, d, i), d, staging);
+    }
+  } else if constexpr (std::is_same_v<S, ShardCut>) {
+    return block_view<false>(leaf, block_of(shape, *spec.partition, *spec.mesh, i), -1, staging);
   } else {
-    const int d = spec < 0 ? spec + R : spec;
-    PMAP_ASSERT(d >= 0 && d < R);  // E3 before dispatch
-    const auto& dims = leaf.dimensions();
-    Eigen::DSizes<Eigen::DenseIndex, R - 1> vdims;
-    for (int a = 0; a < R - 1; ++a) vdims[a] = dims[a < d ? a : a + 1];
-    const std::int64_t slice = vdims.TotalSize();
-    const bool contiguous = (L == Eigen::RowMajor) ? d == 0 : d == R - 1;
-    if (contiguous)
-      return Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>(leaf.data() + slice * i, vdims);
-    // Strided slice: in memory order the leaf is [outer, dims[d], inner]; gather row i.
-    std::int64_t outer = 1, inner = 1;
-    for (int a = 0; a < R; ++a)
-      if (a != d) ((L == Eigen::RowMajor) == (a < d) ? outer : inner) *= dims[a];
-    T* buf = staging.allocate<T>(slice);
-    const T* src = leaf.data() + inner * i;
-    for (std::int64_t o = 0; o < outer && inner > 0; ++o)  // no memcpy on an empty leaf's nullptr
-      std::memcpy(buf + o * inner, src + o * inner * dims[d],
-                  static_cast<std::size_t>(inner) * sizeof(T));
-    return Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>(buf, vdims);
+    return block_view<false>(leaf, Block{shape, {}, shape}, -1, staging);
   }
 }
 

@@ -37,6 +37,14 @@ struct LeafInfo {
 [[noreturn]] void raise_output_shapes_differ(int output, int device_a, const Shape& a,
                                              int device_b, const Shape& b);       // E12
 [[noreturn]] void raise_not_replicated(int output, int device);                   // E13
+/// shard_map: the blocks of output k disagree outside the dimensions its spec splits
+/// (positions a, b in the mesh; `device` the global id of b).
+[[noreturn]] void raise_block_shapes_differ(const std::string& name, int output, int device,
+                                            int a, const Shape& shape_a, int b,
+                                            const Shape& shape_b);
+/// shard_map, check_replicated: output k differs between mesh positions i and j along `axis`.
+[[noreturn]] void raise_not_replicated_along(const std::string& name, int output,
+                                             const std::string& axis, int i, int j);
 [[noreturn]] void raise_into_mismatch(int output, const char* expected_dtype,
                                       const Shape& expected, const char* dtype,
                                       const Shape& actual);

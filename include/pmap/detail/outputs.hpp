@@ -3,7 +3,9 @@
 /// device's output straight into its place in the result (SPEC 2.2, 3.2).
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "pmap/axes.hpp"
+#include "pmap/detail/blocks.hpp"
+#include "pmap/detail/pool.hpp"
 #include "pmap/detail/errors.hpp"
 #include "pmap/detail/memory.hpp"
 #include "pmap/detail/tensor_traits.hpp"
@@ -128,7 +132,20 @@ std::string layout_tagged_dtype(int layout) {
 struct CallInfo {
   int n = 0;
   const Device* devices = nullptr;  ///< device i of this call is devices[i]
+  MeshShape mesh;                   ///< the call's devices as a grid (pmap: one axis of n)
+  const std::string* name = nullptr;  ///< the {name} of messages
+  bool shard = false;               ///< shard_map's messages (pmap's otherwise)
   int id(int i) const { return devices[i].id; }
+};
+
+/// shard_map's out_specs, resolved: one Partition for every output, or one per output.
+struct ShardOutSpecs {
+  std::vector<Partition> parts;
+};
+template <std::size_t K>
+struct out_spec<ShardOutSpecs, K> {
+  using type = Partition;
+  static const Partition& get(const ShardOutSpecs& s) { return s.parts.size() == 1 ? s.parts[0] : s.parts[K]; }
 };
 
 template <class O, class S>
@@ -199,17 +216,23 @@ class Sink<O, int> {
             value;
       else  // a slice of extent 1 along the device axis, not chip(): GCC 12 -Warray-bounds
         Eigen::TensorMap<Eigen::Tensor<T, R + 1, L>>(data_, dsizes<T, R + 1, L>(full_))
-            .slice(place(i), extent_one()) = value.reshape(extent_one());
+            .slice(position(i), extent_one()) = value.reshape(extent_one());
     }
   }
 
-  void finish(bool) {
+  /// Written by the devices already: nothing left for the pass after the call.
+  void plan() {
     if (call_.n == 0 && !bound_) result_ = Result(dsizes<T, R + 1, L>(insert_axis(Shape{R}, axis_, 0)));
   }
+  bool pass(bool) const { return false; }
+  std::size_t bytes() const { return 0; }
+  void compare(int) {}
+  void place(int) {}
+  void raise_mismatch() const {}
   Result take() { return std::move(result_); }
 
  private:
-  Eigen::DSizes<Eigen::DenseIndex, R + 1> place(int i) const {
+  Eigen::DSizes<Eigen::DenseIndex, R + 1> position(int i) const {
     Eigen::DSizes<Eigen::DenseIndex, R + 1> at;
     for (int a = 0; a < R + 1; ++a) at[a] = a == axis_ ? i : 0;
     return at;
@@ -242,9 +265,14 @@ class Sink<O, int> {
   std::string target_dtype_;
 };
 
-/// A replicated output (out_axes none): device 0's value, checked against the others.
+/// An output assembled once every device returned: each device's value is kept; plan()
+/// finds the result's shape from every block, then the devices, in parallel, compare their
+/// value with their replica along each mesh axis the partition does not name (compare())
+/// and the first of each set of replicas copies its block into the result (place()).
+/// shard_map's outputs, and pmap's replicated ones (out_axes none: nothing split over a
+/// one-axis mesh).
 template <class O>
-class Sink<O, none_t> {
+class BlockSink {
   using Tr = output_leaf<std::remove_cvref_t<O>>;
   using T = typename Tr::scalar;
   static constexpr int R = Tr::rank;
@@ -253,10 +281,14 @@ class Sink<O, none_t> {
  public:
   using Result = Eigen::Tensor<T, R, L>;
 
-  Sink(const CallInfo& call, none_t, int index)
-      : call_(call), index_(index), values_(static_cast<std::size_t>(call.n)) {}
+  BlockSink(const CallInfo& call, const Partition& partition, int index)
+      : call_(&call), partition_(partition), index_(index),
+        values_(static_cast<std::size_t>(call.n)), mismatch_(static_cast<std::size_t>(call.n)) {}
+  BlockSink(BlockSink&& other) noexcept
+      : call_(other.call_), partition_(other.partition_), index_(other.index_),
+        values_(std::move(other.values_)), mismatch_(std::move(other.mismatch_)) {}
 
-  /// The caller-owned result is checked and written once every device returned.
+  /// The caller-owned result is checked in plan() and written by place().
   template <class Target>
   void bind(Target& target) {
     using TT = tensor_leaf<std::remove_cvref_t<Target>>;
@@ -272,47 +304,162 @@ class Sink<O, none_t> {
   template <class V>
   void write(int i, const V& value) {
     Result& slot = values_[static_cast<std::size_t>(i)];
-    if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>)
+    if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
+      slot = Result();
       slot() = value;
-    else
+    } else {
       slot = value;
+    }
   }
 
-  /// After every device returned: E12 / E13 checks, then the caller-owned copy.
-  void finish(bool check_replicated) {
-    if (call_.n == 0) return;
-    const Result& first = values_[0];
-    const Shape s0 = output_shape(first);
-    for (int i = 1; i < call_.n; ++i) {
-      const Result& v = values_[static_cast<std::size_t>(i)];
-      const Shape si = output_shape(v);
-      if (!(si == s0)) raise_output_shapes_differ(index_, call_.id(0), s0, call_.id(i), si);
-    }
-    if (check_replicated)
-      for (int i = 1; i < call_.n; ++i) {
-        const T* a = first.data();
-        const T* b = values_[static_cast<std::size_t>(i)].data();
-        for (std::int64_t k = 0; k < s0.size(); ++k)
-          if (!(a[k] == b[k]) && !(a[k] != a[k] && b[k] != b[k])) raise_not_replicated(index_, i);
+  /// On the caller, after every device returned: the blocks agree outside the split
+  /// dimensions (E12), the result's shape is their concatenation, the target matches it.
+  void plan() {
+    const MeshShape& mesh = call_->mesh;
+    const int n = call_->n;
+    Shape full = shape(0);
+    for (int d = 0; d < R; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      const bool split = d < partition_.rank && partition_.count[u] > 0;
+      const int k = split ? partition_.blocks(d, mesh) : 1;
+      // The first device holding each block along d fixes that block's extent.
+      std::vector<int> first(static_cast<std::size_t>(k), -1);
+      for (int i = 0; i < n; ++i) {
+        const int b = split ? partition_.block_index(d, mesh, i) : 0;
+        int& f = first[static_cast<std::size_t>(b)];
+        if (f < 0) f = i;
+        else if (shape(i).dims[u] != shape(f).dims[u]) raise_shapes(f, i);
       }
+      full.dims[u] = 0;
+      for (int b = 0; b < k; ++b) full.dims[u] += shape(first[static_cast<std::size_t>(b)]).dims[u];
+      starts_[u].assign(static_cast<std::size_t>(k), 0);
+      for (int b = 1; b < k; ++b)
+        starts_[u][static_cast<std::size_t>(b)] =
+            starts_[u][static_cast<std::size_t>(b - 1)] + shape(first[static_cast<std::size_t>(b - 1)]).dims[u];
+    }
+    full_ = full;
     if (bound_) {
-      if (!target_typed_ || !(target_shape_ == s0))
-        raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), s0, target_dtype_.c_str(),
+      if (!target_typed_ || !(target_shape_ == full))
+        raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), full, target_dtype_.c_str(),
                             target_shape_);
-      std::copy(first.data(), first.data() + s0.size(), target_);
+      data_ = target_;
+    } else if (placed_by_copy()) {
+      result_ = Result(dsizes<T, R, L>(full));
+      data_ = result_.data();
+      prepare_result(data_, static_cast<std::size_t>(full.size()) * sizeof(T));
     }
   }
-  Result take() { return std::move(values_[0]); }
+
+  /// Device i: its value against its replica one step down each axis the partition does not
+  /// name (bitwise); the first mismatch is kept for raise_mismatch().
+  void compare(int i) {
+    const MeshShape& mesh = call_->mesh;
+    for (int a = 0; a < mesh.num_axes; ++a) {
+      const int c = mesh.coord(i, a);
+      if (c == 0 || partition_.names(a)) continue;
+      const int j = i - c * mesh.stride(a);
+      const Result& mine = values_[static_cast<std::size_t>(i)];
+      const Result& theirs = values_[static_cast<std::size_t>(j)];
+      if (std::memcmp(mine.data(), theirs.data(), static_cast<std::size_t>(mine.size()) * sizeof(T)) != 0) {
+        mismatch_[static_cast<std::size_t>(i)] = {j, a};
+        return;
+      }
+    }
+  }
+
+  /// Device i, if it is the first of its replicas: its block into the result.
+  void place(int i) {
+    const MeshShape& mesh = call_->mesh;
+    for (int a = 0; a < mesh.num_axes; ++a)
+      if (mesh.coord(i, a) != 0 && !partition_.names(a)) return;
+    const Result& v = values_[static_cast<std::size_t>(i)];
+    if (!placed_by_copy()) return;  // take() moves device 0's value
+    Block block{full_, {}, shape(i)};
+    for (int d = 0; d < R; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      if (d < partition_.rank && partition_.count[u] > 0)
+        block.start[u] = starts_[u][static_cast<std::size_t>(partition_.block_index(d, mesh, i))];
+    }
+    const auto size = static_cast<std::size_t>(v.size()) * sizeof(T);
+    copy_into_block(data_, v.data(), block, L, streams(size));
+  }
+
+  /// After compare() on every device: the check_replicated error of the first device (in
+  /// mesh order) that differs from its replica.
+  void raise_mismatch() const {
+    for (int i = 0; i < call_->n; ++i) {
+      const Mismatch& m = mismatch_[static_cast<std::size_t>(i)];
+      if (m.peer < 0) continue;
+      if (!call_->shard) raise_not_replicated(index_, i);
+      raise_not_replicated_along(*call_->name, index_, *call_->mesh.names[static_cast<std::size_t>(m.axis)],
+                                 i, m.peer);
+    }
+  }
+
+  /// Whether the pass after the call has work: copies, or (check) replicas to compare.
+  bool pass(bool check) const {
+    if (placed_by_copy()) return true;
+    if (!check) return false;
+    for (int a = 0; a < call_->mesh.num_axes; ++a)
+      if (!partition_.names(a) && call_->mesh.sizes[static_cast<std::size_t>(a)] > 1) return true;
+    return false;
+  }
+
+  /// Bytes the pass reads: every device's value.
+  std::size_t bytes() const {
+    std::size_t b = 0;
+    for (const Result& v : values_) b += static_cast<std::size_t>(v.size()) * sizeof(T);
+    return b;
+  }
+
+  Result take() {
+    if (placed_by_copy()) return std::move(result_);
+    return std::move(values_[0]);
+  }
 
  private:
-  const CallInfo& call_;
+  struct Mismatch {
+    int peer = -1, axis = 0;
+  };
+  Shape shape(int i) const { return output_shape(values_[static_cast<std::size_t>(i)]); }
+  /// A result that is device 0's value whole (nothing split, nothing bound) is moved, not copied.
+  bool placed_by_copy() const { return bound_ || partition_.rank > 0; }
+
+  [[noreturn]] void raise_shapes(int first, int i) const {
+    if (!call_->shard) raise_output_shapes_differ(index_, call_->id(first), shape(first), call_->id(i), shape(i));
+    raise_block_shapes_differ(*call_->name, index_, call_->id(i), first, shape(first), i, shape(i));
+  }
+
+  const CallInfo* call_;
+  Partition partition_;
   int index_;
   std::vector<Result> values_;
+  std::vector<Mismatch> mismatch_;
+  std::array<std::vector<std::int64_t>, kMaxRank> starts_;  ///< block starts along each dim
+  Shape full_;
+  Result result_;
+  T* data_ = nullptr;
   T* target_ = nullptr;
   bool bound_ = false;
   bool target_typed_ = false;
   Shape target_shape_;
   std::string target_dtype_;
+};
+
+/// A replicated pmap output (out_axes none): device 0's value, checked against the others.
+template <class O>
+class Sink<O, none_t> : public BlockSink<O> {
+ public:
+  Sink(const CallInfo& call, none_t, int index) : BlockSink<O>(call, Partition{}, index) {}
+};
+
+/// A shard_map output: blocks concatenated along the split dimensions, replicated along the
+/// mesh axes the partition does not name.
+template <class O>
+class Sink<O, Partition> : public BlockSink<O> {
+ public:
+  Sink(const CallInfo& call, const Partition& partition, int index)
+      : BlockSink<O>(call, partition, index) {}
 };
 
 // ---- all outputs of one call ------------------------------------------------------------
@@ -330,7 +477,8 @@ class OutputSet {
   void write(int i, const V& value) { sink_.write(i, value); }
   template <class Target>
   void bind(Target& target) { sink_.bind(target); }
-  void finish(bool check_replicated) { sink_.finish(check_replicated); }
+  template <class Fn>
+  void each(Fn&& fn) { fn(sink_); }
   Result take() { return sink_.take(); }
 
  private:
@@ -341,7 +489,8 @@ template <class Out>
 class OutputSet<void, Out> {
  public:
   OutputSet(const CallInfo&, const Out&) {}
-  void finish(bool) {}
+  template <class Fn>
+  void each(Fn&&) {}
   void take() {}
 };
 
@@ -373,7 +522,8 @@ class OutputSet<std::tuple<Os...>, Out> {
       (std::get<K>(sinks_).bind(std::get<K>(targets)), ...);
     }(std::index_sequence_for<Os...>{});
   }
-  void finish(bool check) { std::apply([&](auto&... sink) { (sink.finish(check), ...); }, sinks_); }
+  template <class Fn>
+  void each(Fn&& fn) { std::apply([&](auto&... sink) { (fn(sink), ...); }, sinks_); }
   auto take() { return std::apply([](auto&... sink) { return std::make_tuple(sink.take()...); }, sinks_); }
 
  private:
@@ -401,8 +551,9 @@ class OutputSet<std::vector<O, A>, Out> {
       raise_output_count_differs(call_.id(i), values.size(), call_.id(owner_), sinks_.size());
     for (std::size_t k = 0; k < values.size(); ++k) sinks_[k].write(i, values[k]);
   }
-  void finish(bool check) {
-    for (auto& sink : sinks_) sink.finish(check);
+  template <class Fn>
+  void each(Fn&& fn) {
+    for (auto& sink : sinks_) fn(sink);
   }
   std::vector<typename S::Result> take() {
     std::vector<typename S::Result> out;
@@ -418,5 +569,44 @@ class OutputSet<std::vector<O, A>, Out> {
   std::vector<S> sinks_;
   int owner_ = 0;
 };
+
+/// Outputs of fewer bytes over all devices are compared and copied on the calling thread:
+/// below this, waking the workers costs more than the work.
+inline constexpr std::size_t kParallelPassBytes = 256 * 1024;
+
+/// After every device returned: each output's plan (shapes, result, target), then one pass
+/// over the devices, in parallel, that compares replicas and copies blocks into place. With
+/// an into() target and the replication check, the comparison is a pass of its own first, so
+/// that nothing is written when it fails.
+template <class Outputs>
+void finish_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool check, bool bound) {
+  bool pass = false;
+  std::size_t bytes = 0;
+  outputs.each([&](auto& sink) {
+    sink.plan();
+    if (sink.pass(check)) pass = true, bytes += sink.bytes();
+  });
+  if (!pass) return;
+  const bool compare = check && call.n > 1;
+  auto over_devices = [&](const auto& fn) {
+    if (bytes >= kParallelPassBytes)
+      pool.run(call.n, fn);
+    else
+      for (int i = 0; i < call.n; ++i) fn(i);
+  };
+  if (compare && bound) {
+    over_devices([&](int i) { outputs.each([&](auto& sink) { sink.compare(i); }); });
+    outputs.each([](auto& sink) { sink.raise_mismatch(); });
+    over_devices([&](int i) { outputs.each([&](auto& sink) { sink.place(i); }); });
+    return;
+  }
+  over_devices([&](int i) {
+    outputs.each([&](auto& sink) {
+      if (compare) sink.compare(i);
+      sink.place(i);
+    });
+  });
+  if (compare) outputs.each([](auto& sink) { sink.raise_mismatch(); });
+}
 
 }  // namespace pmap::detail

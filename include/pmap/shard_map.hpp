@@ -1,0 +1,229 @@
+/// @file shard_map.hpp
+/// @brief shard_map(): a kernel over the blocks of tensors split across a device mesh
+/// (SPEC 9). Runs on the engine pmap runs on (engine.hpp).
+#pragma once
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pmap/context.hpp"
+#include "pmap/detail/arguments.hpp"
+#include "pmap/detail/blocks.hpp"
+#include "pmap/detail/dispatch.hpp"
+#include "pmap/detail/engine.hpp"
+#include "pmap/detail/kernel.hpp"
+#include "pmap/detail/outputs.hpp"
+#include "pmap/detail/team.hpp"
+#include "pmap/mesh.hpp"
+#include "pmap/runtime.hpp"
+
+namespace pmap {
+namespace detail {
+
+/// A spec resolved against a mesh: its Partition, or the error it raises at a call.
+struct ResolvedSpec {
+  Partition partition;
+  int entries = 0;         ///< number of entries given (the rank it needs at least)
+  bool splits = false;     ///< some entry names an axis
+};
+
+/// Resolves in_specs (kind "in_specs") or out_specs against `mesh`: NameError for an axis
+/// the mesh lacks, ValueError for an axis used twice or more entries than kMaxRank.
+std::vector<ResolvedSpec> resolve_specs(const Mesh& mesh, const std::vector<PartitionSpec>& specs,
+                                        const char* kind, const std::string& name);
+
+[[noreturn]] void raise_spec_count(const std::string& name, const char* kind, std::size_t count,
+                                   std::size_t expected, const char* what);
+[[noreturn]] void raise_spec_rank(const std::string& name, const char* kind, std::size_t k,
+                                  int entries, const std::string& what, const char* dtype,
+                                  const Shape& shape);
+[[noreturn]] void raise_spec_splits_non_tensor(const std::string& name, std::size_t k,
+                                               const char* dtype);
+[[noreturn]] void raise_shard_unsupported(const std::string& name, const std::string& why);
+
+template <class R>
+inline constexpr std::size_t output_count_v = result_kind<R>::count;
+
+/// Rank of output K of a kernel result type R (a tuple, a vector, or a single output).
+template <class R, std::size_t K>
+constexpr int output_rank() {
+  using O = std::remove_cvref_t<R>;
+  if constexpr (result_kind<O>::is_tuple)
+    return output_leaf<std::remove_cvref_t<std::tuple_element_t<K, O>>>::rank;
+  else if constexpr (result_kind<O>::is_vector)
+    return output_leaf<std::remove_cvref_t<typename O::value_type>>::rank;
+  else
+    return output_leaf<O>::rank;
+}
+
+}  // namespace detail
+
+/// @brief A kernel mapped over the blocks of a device mesh (SPEC 9): call it like the
+/// kernel with whole tensors; each device receives its block of every argument.
+///
+/// Thread safety: may be called from several threads at once (not from inside a kernel).
+template <class F>
+class ShardMapped {
+ public:
+  ShardMapped(F kernel, Mesh mesh, std::vector<PartitionSpec> in_specs,
+              std::vector<PartitionSpec> out_specs, ShardOptions options)
+      : kernel_(std::move(kernel)), mesh_(std::move(mesh)), in_count_(in_specs.size()),
+        out_count_(out_specs.size()), options_(std::move(options)) {
+    for (const auto& [name, size] : mesh_.axes()) axes_.push_back({name, size});
+    // Resolved once; an invalid spec raises its error at every call, before any kernel runs.
+    try {
+      in_ = detail::resolve_specs(mesh_, in_specs, "in_specs", options_.name);
+      out_resolved_ = detail::resolve_specs(mesh_, out_specs, "out_specs", options_.name);
+      for (const auto& r : out_resolved_) out_.parts.push_back(r.partition);
+    } catch (...) {
+      spec_error_ = std::current_exception();
+    }
+  }
+
+  /// @brief Runs the kernel on every device of the mesh and returns the assembled results.
+  template <class... Args>
+    requires detail::kernel_invocable_v<F, detail::arg_view_t<Args, detail::ShardCut>...>
+  auto operator()(Args&&... args) const {
+    using R = detail::kernel_result_t<F, detail::arg_view_t<Args, detail::ShardCut>...>;
+    return run<R, std::nullptr_t>(nullptr, args...);
+  }
+
+  /// @brief Like operator(), but writes into caller-owned results (one tensor, or a
+  /// std::tuple of references for several outputs).
+  template <class Target, class... Args>
+    requires detail::kernel_invocable_v<F, detail::arg_view_t<Args, detail::ShardCut>...>
+  void into(Target&& out, Args&&... args) const {
+    using R = detail::kernel_result_t<F, detail::arg_view_t<Args, detail::ShardCut>...>;
+    static_assert(!std::is_void_v<R>, "shard_map into: the kernel returns nothing");
+    run<R>(&out, args...);
+  }
+
+  const Mesh& mesh() const { return mesh_; }
+  const ShardOptions& options() const { return options_; }
+
+ private:
+  template <class R, class Target, class... Args>
+  auto run(Target* target, const Args&... args) const {
+    validate<R>(args...);
+    detail::CallInfo call;
+    call.n = mesh_.size();
+    call.devices = mesh_.devices().data();
+    call.mesh.num_axes = static_cast<int>(axes_.size());
+    for (std::size_t a = 0; a < axes_.size(); ++a) {
+      call.mesh.sizes[a] = axes_[a].size;
+      call.mesh.names[a] = &axes_[a].name;
+    }
+    call.name = &options_.name;
+    call.shard = true;
+    auto views = [&](int i, detail::Staging& staging) {
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return std::tuple<detail::arg_view_t<Args, detail::ShardCut>...>(
+            detail::arg_view(args, detail::ShardCut{&in_part(K), &call.mesh}, i, staging)...);
+      }(std::index_sequence_for<Args...>{});
+    };
+    auto lease = [&] {
+      return detail::TeamLease(cache_, mesh_.runtime(), axes_, call);
+    };
+    return detail::execute<R>(kernel_, out_, target, call, mesh_.runtime(), 1,
+                              options_.check_replicated, lease, views);
+  }
+
+  const detail::Partition& in_part(std::size_t k) const { return in_[in_.size() == 1 ? 0 : k].partition; }
+
+  /// SPEC 9's errors, before any kernel runs.
+  template <class R, class... Args>
+  void validate(const Args&... args) const {
+    if (detail::this_thread().device)
+      detail::raise_shard_unsupported(options_.name, "inside a pmap or shard_map kernel");
+    if (mesh_.runtime().process_count() > 1)
+      detail::raise_shard_unsupported(
+          options_.name, "when the runtime spans " + std::to_string(mesh_.runtime().process_count()) +
+                             " processes");
+    constexpr std::size_t nargs = sizeof...(Args);
+    if (!(in_count_ == 1 || in_count_ == nargs || (nargs == 0 && in_count_ == 0)))
+      detail::raise_spec_count(options_.name, "in_specs", in_count_, nargs, "arguments");
+    if constexpr (!std::is_void_v<R>) {
+      constexpr std::size_t nout = detail::result_kind<std::remove_cvref_t<R>>::count;
+      constexpr bool vec = detail::result_kind<std::remove_cvref_t<R>>::is_vector;
+      if (!(out_count_ == 1 || (!vec && out_count_ == nout)))
+        detail::raise_spec_count(options_.name, "out_specs", out_count_, nout,
+                                 vec ? "outputs (a std::vector of outputs takes one spec)" : "outputs");
+    } else if (out_count_ > 1) {
+      detail::raise_spec_count(options_.name, "out_specs", out_count_, 0, "outputs");
+    }
+    if (spec_error_) std::rethrow_exception(spec_error_);
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (check_arg(args, K, sizeof...(Args)), ...);
+    }(std::index_sequence_for<Args...>{});
+    if constexpr (!std::is_void_v<R>) {
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (check_out<R, K>(), ...);
+      }(std::make_index_sequence<detail::result_kind<std::remove_cvref_t<R>>::count>{});
+    }
+  }
+
+  /// A spec shared by every argument applies to the tensors only; a non-tensor argument's
+  /// own spec must not split anything.
+  template <class Arg>
+  void check_arg(const Arg& arg, std::size_t k, std::size_t nargs) const {
+    const detail::ResolvedSpec& spec = in_[in_.size() == 1 ? 0 : k];
+    if constexpr (!detail::is_tree_v<std::remove_cvref_t<Arg>>) {
+      if (in_count_ == nargs && spec.splits)
+        detail::raise_spec_splits_non_tensor(options_.name, k, detail::leaf_dtype<Arg>());
+    } else {
+      auto fn = [&](const auto& leaf, const detail::LeafPath& path) {
+        using L = std::remove_cvref_t<decltype(leaf)>;
+        const detail::Shape shape = detail::leaf_shape(leaf);
+        if (spec.entries > shape.rank)
+          detail::raise_spec_rank(options_.name, "in_specs", in_.size() == 1 ? 0 : k, spec.entries,
+                                  path.str(), detail::leaf_dtype<L>(), shape);
+      };
+      detail::for_each_leaf(arg, detail::LeafPath{nullptr, k}, fn);
+    }
+  }
+  template <class R, std::size_t K>
+  void check_out() const {
+    const std::size_t k = out_resolved_.size() == 1 ? 0 : K;
+    constexpr int rank = detail::output_rank<R, K>();
+    if (out_resolved_[k].entries > rank)
+      detail::raise_spec_rank(options_.name, "out_specs", k, out_resolved_[k].entries,
+                              "output " + std::to_string(K), nullptr, detail::Shape{rank, {}});
+  }
+
+  F kernel_;
+  Mesh mesh_;
+  std::size_t in_count_, out_count_;
+  ShardOptions options_;
+  std::vector<detail::AxisBinding> axes_;
+  std::vector<detail::ResolvedSpec> in_, out_resolved_;
+  detail::ShardOutSpecs out_;
+  std::exception_ptr spec_error_;
+  mutable detail::TeamCache cache_;
+};
+
+/// @brief Maps `kernel` over the blocks of its arguments split across `mesh` (SPEC 9).
+///
+/// in_specs: one PartitionSpec per positional argument, or one for every argument;
+/// out_specs: one per output, or one for every output.
+///
+/// Example: a batch of 1001 rows on every device of a 2-device mesh:
+/// @code
+///   pmap::Mesh mesh({{"batch", 2}});
+///   auto f = pmap::shard_map([](auto x) { return pmap::eval(x * 2.f); }, mesh,
+///                            {pmap::P("batch")}, {pmap::P("batch")});
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> y = f(x);   // x: [1001, 8]; blocks of 501, 500
+/// @endcode
+template <class F>
+auto shard_map(F&& kernel, const Mesh& mesh, std::vector<PartitionSpec> in_specs,
+               std::vector<PartitionSpec> out_specs, ShardOptions options = {}) {
+  return ShardMapped<std::decay_t<F>>(std::forward<F>(kernel), mesh, std::move(in_specs),
+                                      std::move(out_specs), std::move(options));
+}
+
+}  // namespace pmap

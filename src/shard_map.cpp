@@ -1,0 +1,69 @@
+#include "pmap/shard_map.hpp"
+
+#include <fmt/format.h>
+
+#include "pmap/detail/errors.hpp"
+
+namespace pmap::detail {
+
+std::vector<ResolvedSpec> resolve_specs(const Mesh& mesh, const std::vector<PartitionSpec>& specs,
+                                        const char* kind, const std::string& name) {
+  std::vector<ResolvedSpec> out;
+  out.reserve(specs.size());
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    const PartitionSpec& spec = specs[k];
+    if (spec.dims.size() > static_cast<std::size_t>(kMaxRank))
+      raise_value_error(fmt::format("{} {}[{}] has {} entries, but tensors have at most {} dimensions",
+                                    name, kind, k, spec.dims.size(), kMaxRank));
+    ResolvedSpec r;
+    r.entries = static_cast<int>(spec.dims.size());
+    r.partition.rank = r.entries;
+    std::vector<int> used;
+    for (std::size_t d = 0; d < spec.dims.size(); ++d) {
+      for (const std::string& axis : spec.dims[d]) {
+        const int a = mesh.find_axis(axis);
+        if (a < 0) raise_unbound_axis(axis);
+        for (int u : used)
+          if (u == a)
+            raise_value_error(fmt::format("{} {}[{}] uses mesh axis '{}' twice; each mesh axis may "
+                                          "split at most one dimension, once",
+                                          name, kind, k, axis));
+        used.push_back(a);
+        auto& count = r.partition.count[d];
+        r.partition.axes[d][static_cast<std::size_t>(count++)] = a;
+        r.splits = true;
+      }
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+void raise_spec_count(const std::string& name, const char* kind, std::size_t count,
+                      std::size_t expected, const char* what) {
+  raise_value_error(fmt::format("{} got {} {} for {} {}; pass one per {}, or a single one for all",
+                                name, count, kind, expected, what,
+                                std::string_view(kind) == "in_specs" ? "argument" : "output"));
+}
+
+void raise_spec_rank(const std::string& name, const char* kind, std::size_t k, int entries,
+                     const std::string& what, const char* dtype, const Shape& shape) {
+  const std::string typed = dtype ? fmt::format(" ({})", format_typed_shape(dtype, shape)) : "";
+  raise_value_error(fmt::format("{} {}[{}] has {} entries, but {} has rank {}{}; a spec may have "
+                                "at most one entry per dimension",
+                                name, kind, k, entries, what, shape.rank, typed));
+}
+
+void raise_spec_splits_non_tensor(const std::string& name, std::size_t k, const char* dtype) {
+  raise_value_error(fmt::format("{} in_specs[{}] splits args[{}], which is not a tensor (type {}); "
+                                "a non-tensor argument is broadcast and takes P()",
+                                name, k, k, dtype));
+}
+
+void raise_shard_unsupported(const std::string& name, const std::string& why) {
+  raise_value_error(fmt::format("{} is not supported {} yet; call it from the host thread of a "
+                                "single-process runtime",
+                                name, why));
+}
+
+}  // namespace pmap::detail
