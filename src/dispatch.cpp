@@ -63,6 +63,19 @@ void rethrow_failure(const Team& team, int processes) {
     std::rethrow_exception(error);
 }
 
+void hint_strided_slices(const std::string& name, const std::vector<LeafInfo>& leaves) {
+  for (const LeafInfo& leaf : leaves)
+    if (leaf.strided())
+      logger()->info(
+          "{}: {} is {} {}, so its slices along axis {} are strided in memory and copied for "
+          "every device on every call; a {} tensor (mapped along axis {}) is passed without "
+          "copying",
+          name, leaf.path, format_typed_shape(leaf.dtype, leaf.shape),
+          leaf.layout == Eigen::RowMajor ? "RowMajor" : "ColMajor", leaf.axis,
+          leaf.layout == Eigen::RowMajor ? "ColMajor" : "RowMajor",
+          leaf.layout == Eigen::RowMajor ? leaf.shape.rank - 1 : 0);
+}
+
 void check_devices_option(const std::optional<std::vector<Device>>& devices,
                           const Runtime& runtime) {
   if (!devices) return;
@@ -86,7 +99,9 @@ void log_dispatch(const std::string& name, int n, const Device* devices,
   std::vector<int> ids;
   for (int i = 0; i < n; ++i) ids.push_back(devices[i].id);
   std::vector<std::string> shapes;
-  for (const LeafInfo& leaf : leaves) shapes.push_back(format_typed_shape(leaf.dtype, leaf.shape));
+  for (const LeafInfo& leaf : leaves)
+    shapes.push_back(format_typed_shape(leaf.dtype, leaf.shape) +
+                     (leaf.layout == Eigen::RowMajor ? " RowMajor" : " ColMajor"));
   logger()->debug("{}: axis_size={} devices=[{}] args=[{}] took {:.1f} us", name, n,
                   fmt::join(ids, ", "), fmt::join(shapes, ", "), microseconds);
 }

@@ -9,12 +9,19 @@
 #include "pmap/context.hpp"
 #include "pmap/detail/data_movement.hpp"
 #include "pmap/detail/reductions.hpp"
+#include "pmap/detail/trees.hpp"
 
 namespace pmap {
 template <class X>
 auto Context::psum(const X& x, AxisNames axes, const Groups& groups) {
-  using Acc = detail::psum_acc<typename detail::Operand<X>::T>;
-  return detail::reduce<detail::OpKind::psum, Acc, X>(*this, x, axes, groups, "psum");
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::reduce_tree<detail::OpKind::psum>(*this, x, axes, groups, "psum");
+  } else if constexpr (detail::is_core_dense_v<X>) {
+    return detail::core_collective(x, [&](const auto& t) { return psum(t, axes, groups); });
+  } else {
+    using Acc = detail::psum_acc<typename detail::Operand<X>::T>;
+    return detail::reduce<detail::OpKind::psum, Acc, X>(*this, x, axes, groups, "psum");
+  }
 }
 
 template <class T, int R, int L>
@@ -27,8 +34,14 @@ Eigen::Tensor<detail::psum_acc<T>, R, L> Context::psum(Eigen::Tensor<T, R, L>&& 
 
 template <class X>
 auto Context::pmean(const X& x, AxisNames axes, const Groups& groups) {
-  using Acc = detail::pmean_acc<typename detail::Operand<X>::T>;
-  return detail::reduce<detail::OpKind::pmean, Acc, X>(*this, x, axes, groups, "pmean");
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::reduce_tree<detail::OpKind::pmean>(*this, x, axes, groups, "pmean");
+  } else if constexpr (detail::is_core_dense_v<X>) {
+    return detail::core_collective(x, [&](const auto& t) { return pmean(t, axes, groups); });
+  } else {
+    using Acc = detail::pmean_acc<typename detail::Operand<X>::T>;
+    return detail::reduce<detail::OpKind::pmean, Acc, X>(*this, x, axes, groups, "pmean");
+  }
 }
 
 template <class T, int R, int L>
@@ -41,8 +54,14 @@ Eigen::Tensor<detail::pmean_acc<T>, R, L> Context::pmean(Eigen::Tensor<T, R, L>&
 
 template <class X>
 auto Context::pmax(const X& x, AxisNames axes, const Groups& groups) {
-  using T = typename detail::Operand<X>::T;
-  return detail::reduce<detail::OpKind::pmax, T, X>(*this, x, axes, groups, "pmax");
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::reduce_tree<detail::OpKind::pmax>(*this, x, axes, groups, "pmax");
+  } else if constexpr (detail::is_core_dense_v<X>) {
+    return detail::core_collective(x, [&](const auto& t) { return pmax(t, axes, groups); });
+  } else {
+    using T = typename detail::Operand<X>::T;
+    return detail::reduce<detail::OpKind::pmax, T, X>(*this, x, axes, groups, "pmax");
+  }
 }
 
 template <class T, int R, int L>
@@ -54,8 +73,14 @@ Eigen::Tensor<T, R, L> Context::pmax(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
 
 template <class X>
 auto Context::pmin(const X& x, AxisNames axes, const Groups& groups) {
-  using T = typename detail::Operand<X>::T;
-  return detail::reduce<detail::OpKind::pmin, T, X>(*this, x, axes, groups, "pmin");
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::reduce_tree<detail::OpKind::pmin>(*this, x, axes, groups, "pmin");
+  } else if constexpr (detail::is_core_dense_v<X>) {
+    return detail::core_collective(x, [&](const auto& t) { return pmin(t, axes, groups); });
+  } else {
+    using T = typename detail::Operand<X>::T;
+    return detail::reduce<detail::OpKind::pmin, T, X>(*this, x, axes, groups, "pmin");
+  }
 }
 
 template <class T, int R, int L>
@@ -83,36 +108,84 @@ auto Context::pargmin(const X& x, AxisNames axes) {
 
 template <class X>
 auto Context::all_gather(const X& x, AxisNames axes, int axis, const Groups& groups) {
-  return detail::all_gather<false>(*this, x, axes, axis, groups);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return all_gather(leaf, axes, axis, groups); });
+  } else {
+    static_assert(!detail::is_core_dense_v<X>,
+                  "pmap: all_gather changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
+                  "wrap the data in an Eigen::TensorMap, e.g. "
+                  "Eigen::TensorMap<const Eigen::Tensor<float, 2>>(m.data(), m.rows(), m.cols())");
+    return detail::all_gather<false>(*this, x, axes, axis, groups);
+  }
 }
 
 template <class X>
 auto Context::all_gather(const X& x, AxisNames axes, int axis, tiled_t, const Groups& groups) {
-  return detail::all_gather<true>(*this, x, axes, axis, groups);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return all_gather(leaf, axes, axis, tiled, groups); });
+  } else {
+    static_assert(!detail::is_core_dense_v<X>,
+                  "pmap: all_gather changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
+                  "wrap the data in an Eigen::TensorMap, e.g. "
+                  "Eigen::TensorMap<const Eigen::Tensor<float, 2>>(m.data(), m.rows(), m.cols())");
+    return detail::all_gather<true>(*this, x, axes, axis, groups);
+  }
 }
 
 template <class X>
 auto Context::psum_scatter(const X& x, AxisNames axes, int scatter_dimension,
                            const Groups& groups) {
-  return detail::scatter_sum<false>(*this, x, axes, scatter_dimension, groups);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return psum_scatter(leaf, axes, scatter_dimension, groups); });
+  } else {
+    static_assert(!detail::is_core_dense_v<X>,
+                  "pmap: psum_scatter changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
+                  "wrap the data in an Eigen::TensorMap, e.g. "
+                  "Eigen::TensorMap<const Eigen::Tensor<float, 2>>(m.data(), m.rows(), m.cols())");
+    return detail::scatter_sum<false>(*this, x, axes, scatter_dimension, groups);
+  }
 }
 
 template <class X>
 auto Context::psum_scatter(const X& x, AxisNames axes, int scatter_dimension, tiled_t,
                            const Groups& groups) {
-  return detail::scatter_sum<true>(*this, x, axes, scatter_dimension, groups);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return psum_scatter(leaf, axes, scatter_dimension, tiled, groups); });
+  } else {
+    static_assert(!detail::is_core_dense_v<X>,
+                  "pmap: psum_scatter changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
+                  "wrap the data in an Eigen::TensorMap, e.g. "
+                  "Eigen::TensorMap<const Eigen::Tensor<float, 2>>(m.data(), m.rows(), m.cols())");
+    return detail::scatter_sum<true>(*this, x, axes, scatter_dimension, groups);
+  }
 }
 
 template <class X>
 auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis,
                          const Groups& groups) {
-  return detail::all_to_all<false, X>(*this, x, axes, split_axis, concat_axis, groups);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return all_to_all(leaf, axes, split_axis, concat_axis, groups); });
+  } else {
+    static_assert(!detail::is_core_dense_v<X>,
+                  "pmap: all_to_all changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
+                  "wrap the data in an Eigen::TensorMap, e.g. "
+                  "Eigen::TensorMap<const Eigen::Tensor<float, 2>>(m.data(), m.rows(), m.cols())");
+    return detail::all_to_all<false, X>(*this, x, axes, split_axis, concat_axis, groups);
+  }
 }
 
 template <class X>
 auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
                          const Groups& groups) {
-  return detail::all_to_all<true, X>(*this, x, axes, split_axis, concat_axis, groups);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return all_to_all(leaf, axes, split_axis, concat_axis, tiled, groups); });
+  } else {
+    static_assert(!detail::is_core_dense_v<X>,
+                  "pmap: all_to_all changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
+                  "wrap the data in an Eigen::TensorMap, e.g. "
+                  "Eigen::TensorMap<const Eigen::Tensor<float, 2>>(m.data(), m.rows(), m.cols())");
+    return detail::all_to_all<true, X>(*this, x, axes, split_axis, concat_axis, groups);
+  }
 }
 
 template <class T, int R, int L>
@@ -132,7 +205,13 @@ Eigen::Tensor<T, R, L> Context::all_to_all(Eigen::Tensor<T, R, L>&& x, AxisNames
 
 template <class X>
 auto Context::ppermute(const X& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
-  return detail::ppermute<X>(*this, x, axes, perm);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return ppermute(leaf, axes, perm); });
+  } else if constexpr (detail::is_core_dense_v<X>) {
+    return detail::core_collective(x, [&](const auto& t) { return ppermute(t, axes, perm); });
+  } else {
+    return detail::ppermute<X>(*this, x, axes, perm);
+  }
 }
 
 template <class T, int R, int L>
@@ -143,7 +222,13 @@ Eigen::Tensor<T, R, L> Context::ppermute(Eigen::Tensor<T, R, L>&& x, AxisNames a
 
 template <class X>
 auto Context::pshuffle(const X& x, AxisNames axes, const std::vector<int>& perm) {
-  return detail::pshuffle<X>(*this, x, axes, perm);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return pshuffle(leaf, axes, perm); });
+  } else if constexpr (detail::is_core_dense_v<X>) {
+    return detail::core_collective(x, [&](const auto& t) { return pshuffle(t, axes, perm); });
+  } else {
+    return detail::pshuffle<X>(*this, x, axes, perm);
+  }
 }
 
 template <class T, int R, int L>
@@ -154,7 +239,13 @@ Eigen::Tensor<T, R, L> Context::pshuffle(Eigen::Tensor<T, R, L>&& x, AxisNames a
 
 template <class X>
 auto Context::pbroadcast(const X& x, AxisNames axes, int source) {
-  return detail::pbroadcast<X>(*this, x, axes, source);
+  if constexpr (detail::is_operand_tree_v<X>) {
+    return detail::map_tree(x, [&](const auto& leaf) { return pbroadcast(leaf, axes, source); });
+  } else if constexpr (detail::is_core_dense_v<X>) {
+    return detail::core_collective(x, [&](const auto& t) { return pbroadcast(t, axes, source); });
+  } else {
+    return detail::pbroadcast<X>(*this, x, axes, source);
+  }
 }
 
 template <class T, int R, int L>

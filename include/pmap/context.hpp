@@ -39,7 +39,7 @@ using pmean_acc = std::conditional_t<std::is_integral_v<T>, double, T>;
 ///
 /// Example:
 /// @code
-///   auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return x / ctx.psum(x, "i"); },
+///   auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return pmap::eval(x / ctx.psum(x, "i")); },
 ///                       {.axis_name = "i"});
 /// @endcode
 ///

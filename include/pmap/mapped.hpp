@@ -15,6 +15,7 @@
 #include "pmap/axes.hpp"
 #include "pmap/context.hpp"
 #include "pmap/detail/arguments.hpp"
+#include "pmap/detail/diagnostics.hpp"
 #include "pmap/detail/dispatch.hpp"
 #include "pmap/detail/engine.hpp"
 #include "pmap/detail/kernel.hpp"
@@ -46,20 +47,37 @@ struct mapping<In, std::index_sequence<K...>, Args...> {
 template <class In, class... Args>
 using mapping_t = mapping<In, std::index_sequence_for<Args...>, Args...>;
 
+/// The one compile-time rule of a call that SPEC makes a constraint (E9, 3.1): in_axes has
+/// one entry, or one per argument, so that std::is_invocable_v is false otherwise.
+template <class In, std::size_t N>
+concept in_axes_has_one_entry_or_one_per_argument = in_axes_count_ok<In, N>;
+
+/// Whether kernel F can take the views of Args (no arguments: E2 at run time).
+template <class F, class In, class... Args>
+constexpr bool kernel_fits() {
+  if constexpr (sizeof...(Args) == 0) return true;
+  else return mapping_t<In, Args...>::template invocable<F>;
+}
+
+/// SPEC 3.2: out_axes has one entry, or one per output (another count does not compile, and
+/// std::is_invocable_v is false). A kernel that cannot take the views passes here, to get
+/// its own diagnostic.
 template <class F, class In, class Out, class... Args>
-struct call_ok {
-  static constexpr bool value = [] {
-    if constexpr (sizeof...(Args) == 0) {
-      return true;  // raises E2 at run time
-    } else if constexpr (!in_axes_count_ok<In, sizeof...(Args)>) {
-      return false;
-    } else if constexpr (!mapping_t<In, Args...>::template invocable<F>) {
-      return false;
-    } else {
-      return out_axes_count_ok<Out, typename mapping_t<In, Args...>::template result<F>>;
-    }
-  }();
-};
+constexpr bool out_axes_fit() {
+  if constexpr (!kernel_fits<F, In, Args...>() || sizeof...(Args) == 0) return true;
+  else return out_axes_count_ok<Out, typename mapping_t<In, Args...>::template result<F>>;
+}
+template <class F, class In, class Out, class... Args>
+concept out_axes_has_one_entry_or_one_per_output = out_axes_fit<F, In, Out, Args...>();
+
+/// Fails to compile with the diagnostic that fits F over Args (diagnostics.hpp).
+template <class F, class In, class... Args>
+constexpr void diagnose_call() {
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    using M = mapping_t<In, Args...>;
+    diagnose_kernel<F, arg_view_t<Args, typename M::template spec<K>::type>...>();
+  }(std::index_sequence_for<Args...>{});
+}
 
 template <class F, class In, class... Args>
 struct call_result {
@@ -99,20 +117,31 @@ class Mapped {
 
   /// @brief Runs the kernel on every device and returns the stacked results.
   template <class... Args>
-    requires detail::call_ok<F, In, Out, Args...>::value
+    requires detail::in_axes_has_one_entry_or_one_per_argument<In, sizeof...(Args)> &&
+             detail::out_axes_has_one_entry_or_one_per_output<F, In, Out, Args...>
   auto operator()(Args&&... args) const {
-    using R = typename detail::call_result<F, In, Args...>::type;
-    return run<R, std::nullptr_t>(nullptr, args...);
+    if constexpr (!detail::kernel_fits<F, In, Args...>()) {
+      detail::diagnose_call<F, In, Args...>();
+    } else {
+      using R = typename detail::call_result<F, In, Args...>::type;
+      return run<R, std::nullptr_t>(nullptr, args...);
+    }
   }
 
   /// @brief Like operator(), but writes into caller-owned results: `out` is one result tensor
   /// or TensorMap, or a std::tuple of references (std::tie) for several outputs.
   template <class Target, class... Args>
-    requires(sizeof...(Args) > 0 && detail::call_ok<F, In, Out, Args...>::value)
+    requires(sizeof...(Args) > 0 &&
+             detail::in_axes_has_one_entry_or_one_per_argument<In, sizeof...(Args)> &&
+             detail::out_axes_has_one_entry_or_one_per_output<F, In, Out, Args...>)
   void into(Target&& out, Args&&... args) const {
-    using R = typename detail::call_result<F, In, Args...>::type;
-    static_assert(!std::is_void_v<R>, "pmap into: the kernel returns nothing");
-    run<R>(&out, args...);
+    if constexpr (!detail::kernel_fits<F, In, Args...>()) {
+      detail::diagnose_call<F, In, Args...>();
+    } else {
+      using R = typename detail::call_result<F, In, Args...>::type;
+      static_assert(!std::is_void_v<R>, "pmap into: the kernel returns nothing");
+      run<R>(&out, args...);
+    }
   }
 
   /// @brief The options the function was created with.
@@ -130,6 +159,9 @@ class Mapped {
       const int processes = outer ? 1 : runtime_->process_count();
       const int n = validate(processes, outer, args...);
       const detail::DispatchTimer timer;
+      if (!hinted_.load(std::memory_order_relaxed) && detail::log_enabled(spdlog::level::info) &&
+          !hinted_.exchange(true))
+        detail::hint_strided_slices(options_.name, leaves(args...));
       const detail::CallInfo call = call_info(n, outer);
       using M = detail::mapping_t<In, Args...>;
       auto views = [&](int i, detail::Staging& staging) {
@@ -255,6 +287,7 @@ class Mapped {
   Options options_;
   Runtime* runtime_;
   mutable detail::TeamCache cache_;
+  mutable detail::CopyableFlag hinted_;  ///< the strided-slice hint was considered
 };
 
 /// @brief Maps `kernel` over axis 0 of every tensor argument; every output stacked at axis 0.

@@ -11,6 +11,7 @@
 #include "pmap/axes.hpp"
 #include "pmap/collectives.hpp"
 #include "pmap/context.hpp"
+#include "pmap/distributed.hpp"
 #include "pmap/errors.hpp"
 #include "pmap/eval.hpp"
 #include "pmap/logging.hpp"

@@ -15,6 +15,7 @@
 #include "pmap/context.hpp"
 #include "pmap/detail/arguments.hpp"
 #include "pmap/detail/blocks.hpp"
+#include "pmap/detail/diagnostics.hpp"
 #include "pmap/detail/dispatch.hpp"
 #include "pmap/detail/engine.hpp"
 #include "pmap/detail/kernel.hpp"
@@ -88,20 +89,26 @@ class ShardMapped {
 
   /// @brief Runs the kernel on every device of the mesh and returns the assembled results.
   template <class... Args>
-    requires detail::kernel_invocable_v<F, detail::arg_view_t<Args, detail::ShardCut>...>
   auto operator()(Args&&... args) const {
-    using R = detail::kernel_result_t<F, detail::arg_view_t<Args, detail::ShardCut>...>;
-    return run<R, std::nullptr_t>(nullptr, args...);
+    if constexpr (!detail::kernel_invocable_v<F, detail::arg_view_t<Args, detail::ShardCut>...>) {
+      detail::diagnose_kernel<F, detail::arg_view_t<Args, detail::ShardCut>...>();
+    } else {
+      using R = detail::kernel_result_t<F, detail::arg_view_t<Args, detail::ShardCut>...>;
+      return run<R, std::nullptr_t>(nullptr, args...);
+    }
   }
 
   /// @brief Like operator(), but writes into caller-owned results (one tensor, or a
   /// std::tuple of references for several outputs).
   template <class Target, class... Args>
-    requires detail::kernel_invocable_v<F, detail::arg_view_t<Args, detail::ShardCut>...>
   void into(Target&& out, Args&&... args) const {
-    using R = detail::kernel_result_t<F, detail::arg_view_t<Args, detail::ShardCut>...>;
-    static_assert(!std::is_void_v<R>, "shard_map into: the kernel returns nothing");
-    run<R>(&out, args...);
+    if constexpr (!detail::kernel_invocable_v<F, detail::arg_view_t<Args, detail::ShardCut>...>) {
+      detail::diagnose_kernel<F, detail::arg_view_t<Args, detail::ShardCut>...>();
+    } else {
+      using R = detail::kernel_result_t<F, detail::arg_view_t<Args, detail::ShardCut>...>;
+      static_assert(!std::is_void_v<R>, "shard_map into: the kernel returns nothing");
+      run<R>(&out, args...);
+    }
   }
 
   const Mesh& mesh() const { return mesh_; }

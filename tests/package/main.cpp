@@ -41,6 +41,16 @@ int main() {
     }
   }
 
+  // shard_map: 7 rows on 3 devices (blocks of 3, 2, 2), compiled Mesh code included.
+  pmap::Mesh mesh({{"rows", 3}}, &runtime);
+  auto scaled = pmap::shard_map([](auto x) { return pmap::eval(x * 3.f); }, mesh, {pmap::P("rows")},
+                                {pmap::P("rows")});
+  Eigen::Tensor<float, 2, Eigen::RowMajor> seven(7, 2);
+  seven.setConstant(1.f);
+  Eigen::Tensor<float, 2, Eigen::RowMajor> tripled = scaled(seven);
+  expect(tripled.dimension(0) == 7 && tripled(6, 1) == 3.f, "shard_map result");
+  expect(pmap::distributed::is_initialized() == false, "distributed from the umbrella header");
+
   expect(runtime.device_count() == 4, "Runtime::device_count");
   if (failures == 0) std::puts("package test: ok");
   return failures == 0 ? 0 : 1;

@@ -145,7 +145,9 @@ void collect_leaves(const Arg& arg, S spec, std::size_t k, std::vector<LeafInfo>
     auto fn = [&](const auto& leaf, const LeafPath& path) {
       using L = std::remove_cvref_t<decltype(leaf)>;
       const Shape shape = leaf_shape(leaf);
-      out.push_back({path.str(), leaf_dtype<L>(), shape, normalize_in_axis(spec, shape.rank)});
+      int layout = Eigen::ColMajor;
+      if constexpr (is_tensor_leaf_v<L>) layout = tensor_leaf<L>::layout;
+      out.push_back({path.str(), leaf_dtype<L>(), shape, normalize_in_axis(spec, shape.rank), layout});
     };
     for_each_leaf(arg, LeafPath{nullptr, k}, fn);
   }

@@ -38,6 +38,19 @@ class TeamCache {
   std::atomic<Team*> team_{nullptr};
 };
 
+/// An atomic flag that a copy of its owner starts afresh (a Mapped is copyable).
+class CopyableFlag {
+ public:
+  CopyableFlag() = default;
+  CopyableFlag(const CopyableFlag&) {}
+  CopyableFlag& operator=(const CopyableFlag&) { return *this; }
+  bool load(std::memory_order order) const { return flag_.load(order); }
+  bool exchange(bool value) { return flag_.exchange(value, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 /// The team of one call, and where this process's devices start in it.
 class TeamLease {
  public:
@@ -125,6 +138,10 @@ void agree_on_call(Verdict verdict, const std::string& error, std::int64_t n,
 /// Multi-process: after the local devices finished, learns every process's outcome and
 /// raises the local failure, or a DeviceError naming another process's failing device.
 void finish_distributed_call(const Team& team);
+
+/// Logs at info level, for each mapped leaf whose slices are strided (copied per device on
+/// every call), what it is and what layout would avoid the copies. Once per mapped function.
+void hint_strided_slices(const std::string& name, const std::vector<LeafInfo>& leaves);
 
 /// Logs one dispatch at debug level.
 void log_dispatch(const std::string& name, int n, const Device* devices,

@@ -17,6 +17,11 @@ struct LeafInfo {
   const char* dtype = "";
   Shape shape;
   int axis = 0;      ///< normalised mapped axis
+  int layout = Eigen::ColMajor;
+  /// A slice along `axis` is strided in memory, so each device gets a staged copy.
+  bool strided() const {
+    return shape.rank > 1 && axis >= 0 && axis != (layout == Eigen::RowMajor ? 0 : shape.rank - 1);
+  }
 };
 
 [[noreturn]] void raise_value_error(const std::string& message);

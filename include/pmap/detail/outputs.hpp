@@ -77,8 +77,13 @@ inline constexpr bool valid_output_v = output_leaf<std::remove_cvref_t<O>>::valu
 template <class O>
 constexpr bool check_output() {
   static_assert(valid_output_v<O>,
-                "pmap: a kernel output must be an Eigen tensor, TensorMap, tensor expression or "
-                "arithmetic scalar (or a std::tuple / std::vector of them)");
+                "pmap: a kernel output must be an Eigen tensor, TensorMap, tensor expression, "
+                "Eigen::Matrix / Eigen::Array (or a Map of one) or arithmetic scalar (or a "
+                "std::tuple / std::vector of them)");
+  static_assert(!is_core_dense_v<O> || is_core_plain_v<O> || is_core_map_v<O>,
+                "pmap: the kernel returns an Eigen Core expression, which holds its operands by "
+                "reference and would dangle once the kernel returns. Return expr.eval() (an "
+                "Eigen::Matrix / Eigen::Array) instead.");
   static_assert(!is_dangling_expr_v<O>,
                 "pmap: the kernel returns an Eigen expression that holds an owning Eigen::Tensor "
                 "by reference (a kernel-local tensor or a collective's result), which dies when "
@@ -185,6 +190,17 @@ class Sink<O, int> {
 
   template <class V>
   void write(int i, const V& value) {
+    if constexpr (is_core_dense_v<V>) {
+      const typename V::PlainObject& plain = value;  // the object itself, or evaluated
+      write(i, core_as_tensor<V>(plain));
+    } else {
+      write_tensor(i, value);
+    }
+  }
+
+ private:
+  template <class V>
+  void write_tensor(int i, const V& value) {
     const Shape s = output_shape(value);
     if (once_.claim()) {
       shape_ = s;
@@ -220,6 +236,7 @@ class Sink<O, int> {
     }
   }
 
+ public:
   /// Written by the devices already: nothing left for the pass after the call.
   void plan() {
     if (call_.n == 0 && !bound_) result_ = Result(dsizes<T, R + 1, L>(insert_axis(Shape{R}, axis_, 0)));
@@ -304,7 +321,10 @@ class BlockSink {
   template <class V>
   void write(int i, const V& value) {
     Result& slot = values_[static_cast<std::size_t>(i)];
-    if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
+    if constexpr (is_core_dense_v<V>) {
+      const typename V::PlainObject& plain = value;  // the object itself, or evaluated
+      slot = core_as_tensor<V>(plain);
+    } else if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
       slot = Result();
       slot() = value;
     } else {
@@ -360,7 +380,8 @@ class BlockSink {
       const int j = i - c * mesh.stride(a);
       const Result& mine = values_[static_cast<std::size_t>(i)];
       const Result& theirs = values_[static_cast<std::size_t>(j)];
-      if (std::memcmp(mine.data(), theirs.data(), static_cast<std::size_t>(mine.size()) * sizeof(T)) != 0) {
+      if (mine.size() > 0 &&  // no memcmp on an empty tensor's nullptr
+          std::memcmp(mine.data(), theirs.data(), static_cast<std::size_t>(mine.size()) * sizeof(T)) != 0) {
         mismatch_[static_cast<std::size_t>(i)] = {j, a};
         return;
       }
@@ -373,7 +394,7 @@ class BlockSink {
     for (int a = 0; a < mesh.num_axes; ++a)
       if (mesh.coord(i, a) != 0 && !partition_.names(a)) return;
     const Result& v = values_[static_cast<std::size_t>(i)];
-    if (!placed_by_copy()) return;  // take() moves device 0's value
+    if (!placed_by_copy() || v.size() == 0) return;  // take() moves device 0's value
     Block block{full_, {}, shape(i)};
     for (int d = 0; d < R; ++d) {
       const auto u = static_cast<std::size_t>(d);

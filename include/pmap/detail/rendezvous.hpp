@@ -55,6 +55,9 @@ struct Collective {
   const void* in = nullptr;
   void* out = nullptr;
   int steps = 1;  ///< steps of the in-place work: it calls Peers::sync() steps - 1 times
+  /// `in` points at other buffers the peers read too (a tree's table of leaves): never
+  /// staged, whatever its size.
+  bool in_place = false;
 };
 
 /// Describes a collective of `name` and `kind` over an input of scalar T.
@@ -169,7 +172,7 @@ class Peers {
 inline Path choose_path(const Team& team, const GroupInfo& g, const Collective& c) {
   if (team.distributed()) return Path::gathered;
   const bool whole_team = g.members.size() == static_cast<std::size_t>(team.size());
-  if (c.steps == 1 && team.size() > 1 && whole_team && c.bytes <= kStagedBytes)
+  if (c.steps == 1 && !c.in_place && team.size() > 1 && whole_team && c.bytes <= kStagedBytes)
     return Path::staged;
   return Path::in_place;
 }

@@ -134,6 +134,56 @@ struct output_leaf<T, std::enable_if_t<is_tensor_expr_v<T>>> : std::true_type {
   static constexpr int layout = traits::Layout;
 };
 
+// ---- Eigen Core dense objects (SPEC 10) ------------------------------------------------------
+/// Eigen::Matrix, Eigen::Array, Maps and expressions of them.
+template <class T>
+inline constexpr bool is_core_dense_v =
+    std::is_base_of_v<Eigen::DenseBase<std::remove_cvref_t<T>>, std::remove_cvref_t<T>>;
+/// Eigen::Matrix and Eigen::Array themselves (their own contiguous storage).
+template <class T>
+inline constexpr bool is_core_plain_v =
+    std::is_base_of_v<Eigen::PlainObjectBase<std::remove_cvref_t<T>>, std::remove_cvref_t<T>>;
+
+/// Eigen::Map and Eigen::Ref of a Core object.
+template <class T>
+struct is_core_map : std::false_type {};
+template <class P, int O, class S>
+struct is_core_map<Eigen::Map<P, O, S>> : std::true_type {};
+template <class P, int O, class S>
+struct is_core_map<Eigen::Ref<P, O, S>> : std::true_type {};
+template <class T>
+inline constexpr bool is_core_map_v = is_core_map<std::remove_cvref_t<T>>::value;
+
+/// A Core object as a tensor: a vector (one dimension fixed to 1) is rank 1, anything else
+/// rank 2, in its storage order.
+template <class T>
+struct core_shape {
+  using P = typename std::remove_cvref_t<T>::PlainObject;
+  static constexpr int rank = (P::RowsAtCompileTime == 1 || P::ColsAtCompileTime == 1) ? 1 : 2;
+  static constexpr int layout = P::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor;
+};
+
+/// A Core kernel output: Matrix / Array / Map (expressions are evaluated by the kernel).
+template <class T>
+struct output_leaf<T, std::enable_if_t<is_core_dense_v<T>>> : std::true_type {
+  using scalar = typename std::remove_cvref_t<T>::Scalar;
+  static constexpr int rank = core_shape<T>::rank;
+  static constexpr int layout = core_shape<T>::layout;
+};
+
+/// The storage of a Core object as a TensorMap of its rank and storage order: of the object
+/// itself when it is a Matrix or Array, else of `plain`, the object evaluated into it.
+template <class C>
+auto core_as_tensor(const typename std::remove_cvref_t<C>::PlainObject& plain) {
+  using P = typename std::remove_cvref_t<C>::PlainObject;
+  constexpr int R = core_shape<C>::rank;
+  using TM = Eigen::TensorMap<const Eigen::Tensor<typename P::Scalar, R, core_shape<C>::layout>>;
+  if constexpr (R == 1)
+    return TM(plain.data(), plain.size());
+  else
+    return TM(plain.data(), plain.rows(), plain.cols());
+}
+
 // ---- dangling expressions (SPEC 2.2) -------------------------------------------------------
 /// True when an expression tree holds an owning Eigen tensor by reference.
 template <class T>
