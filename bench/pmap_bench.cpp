@@ -8,6 +8,8 @@
 //   dispatch          empty kernel on 2, device_count() and 8 devices vs raw
 //                     tbb::parallel_for (static partitioner, same arena concurrency) and an
 //                     OpenMP parallel for
+//   shard_dispatch    empty kernel on a 2-device mesh over a [2,1] tensor split P("x") vs the
+//                     same empty pmap dispatch
 //   break_even        per-device triad size from which pmap beats a serial loop, vs the same
 //                     for OpenMP
 //   triad             a + 0.5f * b, the kernel returns the expression, mapped.into(out, a, b),
@@ -16,6 +18,15 @@
 //   gemm              one Eigen matrix product per device vs Eigen's contraction on a
 //                     ThreadPoolDevice (each product threaded, or the products in parallel on
 //                     the pool) and a serial loop, in GFLOP/s
+//   batched_solve     B dense n x n systems (double), one PartialPivLU each, split over a mesh
+//                     of all devices, f.into(x, A, r): B = 1024 (even blocks) and 1001
+//                     (uneven) at n = 32, 1001 at n = 8; vs an OpenMP static parallel for over
+//                     the systems (the same per-system code), in systems/s
+//   mlp_step          one data-parallel SGD step of a 64-256-1 MLP (ReLU, MSE loss, float) on
+//                     a 4096-row batch split over all devices: each block's gradient, one
+//                     pmean of the flat gradient, the update returned replicated; vs the same
+//                     step in one OpenMP region (per-thread gradients, a barrier, a parallel
+//                     average and update; the same per-block code), in steps/s
 //   psum_latency      8 KiB psum on 2 devices: what it costs beyond a hand-written 2-barrier
 //                     psum, in spin barriers; vs a spin barrier, an OpenMP barrier and that
 //                     psum; and a 4-byte psum (synchronisation alone)
@@ -25,11 +36,18 @@
 //   oversubscription  the 8 KiB psum with 4 and 8 devices on 2 threads vs 2 on 2
 //   idle              CPU burnt during a 10 ms idle gap after a burst of dispatches, and the
 //                     first dispatch after the gap vs a warm one
+//   tree_pmean        100 chained pmeans of a tuple of 4 tensors (64 KiB together), one
+//                     collective each, vs 100 pmeans of one 64 KiB tensor and vs the 4 tensors
+//                     in 4 pmeans, on 2 devices
 //
 // stdout: the machine line, then the table and "targets met: X of Y"; stderr: progress.
 // The exit code is 0 whether targets are met or not (it is a report).
 
 #define EIGEN_USE_THREADS  // before any Eigen include: Eigen::ThreadPoolDevice
+// Before any Eigen include too: with -fopenmp, an Eigen Core product (batched_solve,
+// mlp_step) would open an OpenMP team of its own inside every pmap kernel (report/apps.hpp).
+// Tensor contractions (gemm) never do, so this changes nothing else.
+#define EIGEN_DONT_PARALLELIZE
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +59,7 @@
 #include <functional>
 #include <limits>
 #include <regex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -52,6 +71,7 @@
 #include <pmap/pmap.hpp>
 
 #include "baselines.hpp"
+#include "report/apps.hpp"
 #include "report/harness.hpp"
 #include "report/more_baselines.hpp"
 #if PMAP_BENCH_WITH_MPI
@@ -71,6 +91,9 @@ using Tensor2 = Eigen::Tensor<float, 2, Eigen::RowMajor>;
 using Tensor3 = Eigen::Tensor<float, 3, Eigen::RowMajor>;
 using Map1 = Eigen::TensorMap<Tensor1>;
 using Map2 = Eigen::TensorMap<Tensor2>;
+using TensorD2 = Eigen::Tensor<double, 2, Eigen::RowMajor>;
+using TensorD3 = Eigen::Tensor<double, 3, Eigen::RowMajor>;
+using Eigen::Index;
 
 constexpr std::int64_t KiB = 1024;
 constexpr std::int64_t MiB = 1024 * KiB;
@@ -95,8 +118,9 @@ constexpr const char* kUsage =
     "  --json FILE      also write the report as JSON (bench/plot_report.py draws it)\n"
     "  --devices N      devices of the default runtime (default: pmap::device_count())\n"
     "  --threads N      worker threads (default: min(devices, hardware threads))\n"
-    "  --filter REGEX   run only the workloads whose name matches: dispatch, break_even,\n"
-    "                   triad, gemm, psum_latency, bandwidth, oversubscription, idle\n"
+    "  --filter REGEX   run only the workloads whose name matches: dispatch,\n"
+    "                   shard_dispatch, break_even, triad, gemm, batched_solve, mlp_step,\n"
+    "                   psum_latency, bandwidth, oversubscription, idle\n"
     "  --size BYTES     out-of-cache triad size per array (K/M/G suffixes; default 1G,\n"
     "                   64M with --quick); collectives move an eighth of it per device\n"
     "  --rounds N       measured rounds per case (default 15, 3 with --quick)\n";
@@ -231,6 +255,29 @@ void dispatch(Env& env) {
     env.report->add(
         pr::compare(c, "dispatch", size, "pmap", "omp", Case::kTime, Target::at_most(1.0)));
   }
+}
+
+// ---- shard_map dispatch --------------------------------------------------------------------
+
+void shard_dispatch(Env& env) {
+  const int d = 2;
+  const int t = env.threads_for(d);
+  pmap::Runtime rt({.num_devices = d, .num_threads = t});
+  const pmap::Mesh mesh({{"x", d}}, &rt);
+  Tensor2 x(d, 1);
+  x.setZero();
+  // The same empty kernel: pmap passes each device its row, shard_map its [1,1] block.
+  auto empty = [](auto part) { benchmark::DoNotOptimize(part.data()); };
+  auto f = pmap::pmap(empty, {.runtime = &rt});
+  auto s = pmap::shard_map(empty, mesh, {pmap::P("x")}, {});
+
+  const std::string size = "[2,1], " + devices_threads(d, t);
+  Case c("shard dispatch, " + size);
+  c.add("shard_map", repeat([&] { s(x); }));
+  c.add("pmap", repeat([&] { f(x); }));
+  c.measure(env.settings);
+  env.report->add(pr::compare(c, "shard_dispatch", size, "shard_map", "pmap", Case::kTime,
+                              Target::at_most(1.1)));
 }
 
 // ---- break-even ----------------------------------------------------------------------------
@@ -382,6 +429,147 @@ void gemm(Env& env) {
       env.report->add(
           pr::compare(cs, "gemm", size, "pmap", base, Case::kRate, Target{}, "GFLOP/s", 1e-9));
   }
+}
+
+// ---- batched solve -------------------------------------------------------------------------
+
+/// x = A^-1 r for a batch of systems (A [B, n, n], r [B, n], x [B, n]), the systems split
+/// statically over an OpenMP team of `threads`, each thread reusing one factorisation.
+void omp_solve(int threads, const TensorD3& a, const TensorD2& r, TensorD2& x) {
+  const Index batch = a.dimension(0), n = a.dimension(1);
+#pragma omp parallel num_threads(threads)
+  {
+    pr::SolveLU lu(n);
+#pragma omp for schedule(static)
+    for (Index s = 0; s < batch; ++s)
+      pr::solve_system(lu, a.data() + s * n * n, r.data() + s * n, x.data() + s * n, n);
+  }
+}
+
+void batched_solve(Env& env) {
+  const int d = env.devices;
+  const int t = env.threads_for(d);
+  pmap::Runtime rt({.num_devices = d, .num_threads = t});
+  const pmap::Mesh mesh({{"x", d}}, &rt);
+  // Each device solves the systems of its block (a [rows, n, n], r [rows, n]: zero-copy
+  // views) with one factorisation, into the [rows, n] block it returns.
+  auto f = pmap::shard_map(
+      [](auto a, auto r) {
+        const Index rows = a.dimension(0), n = a.dimension(1);
+        TensorD2 x(rows, n);
+        pr::SolveLU lu(n);
+        for (Index s = 0; s < rows; ++s)
+          pr::solve_system(lu, a.data() + s * n * n, r.data() + s * n, x.data() + s * n, n);
+        return x;
+      },
+      mesh, {pmap::P("x")}, {pmap::P("x")});
+  const std::pair<Index, Index> sizes[] = {{1024, 32}, {1001, 32}, {1001, 8}};
+  for (const auto& [batch, n] : sizes) {
+    TensorD3 a(batch, n, n);
+    TensorD2 r(batch, n), x(batch, n), x_omp(batch, n);
+    pr::solve_problem(a.data(), r.data(), batch, n);
+    // Once before measuring: both solve every system, to the same figures.
+    f.into(x, a, r);
+    omp_solve(t, a, r, x_omp);
+    const double residual = pr::solve_residual(a.data(), r.data(), x.data(), batch, n);
+    const double apart = (Eigen::Map<const Eigen::VectorXd>(x.data(), x.size()) -
+                          Eigen::Map<const Eigen::VectorXd>(x_omp.data(), x_omp.size()))
+                             .lpNorm<Eigen::Infinity>();
+    if (!(residual < 1e-10) || !(apart <= 1e-12))
+      throw std::runtime_error(pr::format(
+          "batched_solve %ld x %ldx%ld: residual %g, shard_map and omp %g apart",
+          static_cast<long>(batch), static_cast<long>(n), static_cast<long>(n), residual, apart));
+
+    const std::string size = pr::format("%ld x %ldx%ld, ", static_cast<long>(batch),
+                                        static_cast<long>(n), static_cast<long>(n)) +
+                             devices_threads(d, t);
+    const auto systems = static_cast<double>(batch);
+    Case cs("batched solve, " + size);
+    cs.add("shard_map", repeat([&] { f.into(x, a, r); }), 1, systems);
+    add_omp(cs, "omp", t, repeat([&] { omp_solve(t, a, r, x_omp); }), 1, systems);
+    cs.measure(env.settings);
+    env.report->add(pr::compare(cs, "batched_solve", size, "shard_map", "omp", Case::kRate,
+                                Target::at_least(0.95), "Msystems/s", 1e-6));
+  }
+}
+
+// ---- MLP training step ---------------------------------------------------------------------
+
+constexpr Index kMlpBatch = 4096;  // divides evenly over 2, 4, 8 and 16 devices
+
+/// One SGD step of the report/apps.hpp MLP on x [B, kMlpIn], y [B, 1] from theta into next
+/// (both [kMlpParams]) by an OpenMP team of `threads`: each thread the gradient of its block
+/// into its slot, a barrier, then each thread averages its share of the flat gradient over
+/// the slots and updates that share of the parameters.
+void omp_mlp_step(int threads, const Tensor1& theta, const Tensor2& x, const Tensor2& y,
+                  Tensor1& next, Tensor2& slots, std::vector<pr::MlpWork>& work) {
+  const Index batch = x.dimension(0);
+#pragma omp parallel num_threads(threads)
+  {
+    const int i = omp_get_thread_num();
+    const int nt = omp_get_num_threads();
+    const Index begin = batch * i / nt, end = batch * (i + 1) / nt;
+    float* grads = slots.data();
+    pr::mlp_gradient(theta.data(), x.data() + begin * pr::kMlpIn, y.data() + begin, end - begin,
+                     static_cast<float>(nt) / static_cast<float>(batch), grads + i * pr::kMlpParams,
+                     work[static_cast<std::size_t>(i)]);
+#pragma omp barrier
+    const Index from = pr::kMlpParams * i / nt, to = pr::kMlpParams * (i + 1) / nt;
+    Eigen::Map<Eigen::VectorXf> share(next.data() + from, to - from);
+    share = Eigen::Map<const Eigen::VectorXf>(grads + from, to - from);
+    for (int k = 1; k < nt; ++k)
+      share += Eigen::Map<const Eigen::VectorXf>(grads + k * pr::kMlpParams + from, to - from);
+    share = Eigen::Map<const Eigen::VectorXf>(theta.data() + from, to - from) -
+            (pr::kMlpRate / static_cast<float>(nt)) * share;
+  }
+}
+
+void mlp_step(Env& env) {
+  const int d = env.devices;
+  const int t = env.threads_for(d);
+  pmap::Runtime rt({.num_devices = d, .num_threads = t});
+  const pmap::Mesh mesh({{"x", d}}, &rt);
+  Tensor1 theta(pr::kMlpParams), next(pr::kMlpParams), next_omp(pr::kMlpParams);
+  Tensor2 x(kMlpBatch, pr::kMlpIn), y(kMlpBatch, 1);
+  pr::mlp_problem(theta.data(), x.data(), y.data(), kMlpBatch);
+  // Scratch kept across steps, per device and per OpenMP thread.
+  std::vector<pr::MlpWork> work(static_cast<std::size_t>(d)), omp_work(static_cast<std::size_t>(t));
+  Tensor2 slots(t, pr::kMlpParams);
+
+  // Parameters replicated, the batch split: each device the gradient of its block, one
+  // pmean of the flat gradient, and every device the same update, returned replicated.
+  const float weight = static_cast<float>(d) / static_cast<float>(kMlpBatch);
+  auto f = pmap::shard_map(
+      [&work, weight](pmap::Context& ctx, auto params, auto xs, auto ys) {
+        Tensor1 grad(pr::kMlpParams);
+        pr::mlp_gradient(params.data(), xs.data(), ys.data(), xs.dimension(0), weight, grad.data(),
+                         work[static_cast<std::size_t>(ctx.axis_index("x"))]);
+        const Tensor1 mean = ctx.pmean(std::move(grad), "x");
+        return pmap::eval(params - pr::kMlpRate * mean);
+      },
+      mesh, {pmap::P(), pmap::P("x"), pmap::P("x")}, {pmap::P()});
+
+  // Once before measuring: both take the same step (up to the order of the float sums).
+  f.into(next, theta, x, y);
+  omp_mlp_step(t, theta, x, y, next_omp, slots, omp_work);
+  const Eigen::Map<const Eigen::VectorXf> p0(theta.data(), pr::kMlpParams),
+      p1(next.data(), pr::kMlpParams), p2(next_omp.data(), pr::kMlpParams);
+  const float step = (p2 - p0).lpNorm<Eigen::Infinity>();
+  const float apart = (p1 - p2).lpNorm<Eigen::Infinity>();
+  if (!(step > 0) || !(apart <= 1e-3f * step))
+    throw std::runtime_error(
+        pr::format("mlp_step: the largest update is %g, shard_map and omp are %g apart",
+                   static_cast<double>(step), static_cast<double>(apart)));
+
+  const std::string size =
+      pr::format("batch %ld, ", static_cast<long>(kMlpBatch)) + devices_threads(d, t);
+  Case cs("mlp step, " + size);
+  cs.add("shard_map", repeat([&] { f.into(next, theta, x, y); }), 1, 1);
+  add_omp(cs, "omp", t, repeat([&] { omp_mlp_step(t, theta, x, y, next_omp, slots, omp_work); }), 1,
+          1);
+  cs.measure(env.settings);
+  env.report->add(pr::compare(cs, "mlp_step", size, "shard_map", "omp", Case::kRate,
+                              Target::at_least(0.95), "steps/s"));
 }
 
 // ---- collectives ---------------------------------------------------------------------------
@@ -648,6 +836,57 @@ void idle(Env& env) {
   env.report->add(wake);
 }
 
+// ---- tree_pmean ----------------------------------------------------------------------------
+
+/// A pmean over a tuple of 4 tensors (64 KiB together) in one collective vs one pmean of a
+/// 64 KiB tensor, and vs the same 4 tensors in 4 pmeans: `ops` chained per dispatch on 2
+/// devices, each result assigned back (the same allocations in all three).
+void tree_pmean(Env& env) {
+  const int d = 2;
+  const int t = env.threads_for(d);
+  const int ops = env.ops(100);
+  pmap::Runtime rt({.num_devices = d, .num_threads = t});
+  constexpr Eigen::Index kQuarter = 16 * 1024 / 4;  // floats: 16 KiB per leaf
+  Tensor2 x = filled(d, 4 * kQuarter, 1.f, t);
+  Tensor2 q0 = filled(d, kQuarter, 1.f, t), q1 = q0, q2 = q0, q3 = q0;
+  const pmap::Options o{.axis_name = "i", .runtime = &rt};
+  auto one = pmap::pmap(
+      [ops](pmap::Context& ctx, auto v) {
+        Tensor1 a = v;
+        for (int k = 0; k < ops; ++k) a = ctx.pmean(a, "i");
+        benchmark::DoNotOptimize(a.data());
+      },
+      o);
+  auto tree = pmap::pmap(
+      [ops](pmap::Context& ctx, auto v0, auto v1, auto v2, auto v3) {
+        Tensor1 a = v0, b = v1, c = v2, e = v3;
+        for (int k = 0; k < ops; ++k) std::tie(a, b, c, e) = ctx.pmean(std::tie(a, b, c, e), "i");
+        benchmark::DoNotOptimize(a.data());
+      },
+      o);
+  auto four = pmap::pmap(
+      [ops](pmap::Context& ctx, auto v0, auto v1, auto v2, auto v3) {
+        Tensor1 a = v0, b = v1, c = v2, e = v3;
+        for (int k = 0; k < ops; ++k) {
+          a = ctx.pmean(a, "i");
+          b = ctx.pmean(b, "i");
+          c = ctx.pmean(c, "i");
+          e = ctx.pmean(e, "i");
+        }
+        benchmark::DoNotOptimize(a.data());
+      },
+      o);
+  const std::string size = "4 x 16 KiB, " + devices_threads(d, t);
+  Case c("tree pmean, " + size);
+  c.add("tree", repeat([&] { tree(q0, q1, q2, q3); }), ops);
+  c.add("one 64 KiB", repeat([&] { one(x); }), ops);
+  c.add("four pmeans", repeat([&] { four(q0, q1, q2, q3); }), ops);
+  c.measure(env.settings);
+  env.report->add(pr::compare(c, "tree_pmean", size, "tree", "one 64 KiB", Case::kTime,
+                              Target::at_most(1.3)));
+  env.report->add(pr::compare(c, "tree_pmean", size, "tree", "four pmeans", Case::kTime, Target{}));
+}
+
 struct Workload {
   const char* name;
   void (*run)(Env&);
@@ -655,13 +894,17 @@ struct Workload {
 
 constexpr Workload kWorkloads[] = {
     {"dispatch", dispatch},
+    {"shard_dispatch", shard_dispatch},
     {"break_even", break_even},
     {"triad", triad},
     {"gemm", gemm},
+    {"batched_solve", batched_solve},
+    {"mlp_step", mlp_step},
     {"psum_latency", psum_latency},
     {"bandwidth", bandwidth},
     {"oversubscription", oversubscription},
     {"idle", idle},
+    {"tree_pmean", tree_pmean},
 };
 
 }  // namespace
