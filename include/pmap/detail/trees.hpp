@@ -221,62 +221,82 @@ inline std::size_t packed_size(std::size_t bytes) {
   return (bytes + a - 1) / a * a;
 }
 
-/// psum / pmean / pmax / pmin of a tree: one collective for every leaf.
-template <OpKind K, class X>
-auto reduce_tree(Context& ctx, const X& x, const AxisNames& axes, const Groups& groups,
-                 const char* name) {
-  TreeNode<K, std::remove_cvref_t<X>> tree(ctx, x);
-  const GroupInfo& g = Access::group(ctx, axes, groups, false, name);
-  const int n = static_cast<int>(g.members.size());
-  int leaves = 0;
-  std::size_t packed = 0;
+/// A tree's collective: every leaf's signature and the leaf count in one, described to
+/// error messages as `tree[leaves]`; `packed` gets the bytes of the leaves packed together.
+template <class Tree>
+Collective describe_tree(Tree& tree, const char* name, int& leaves, std::size_t& packed) {
+  leaves = 0;
+  packed = 0;
   std::uint64_t signature = kHashSeed;
   tree.each([&](auto& leaf) {
     ++leaves;
     packed += packed_size(leaf.bytes());
     signature = hash_mix(signature, leaf.signature());
   });
-  signature = hash_mix(signature, static_cast<std::uint64_t>(leaves));
   Shape described;
   described.rank = 1;
   described.dims[0] = leaves;
-  const Team& team = *Access::member(ctx).team;
-  Collective c{name, signature, "tree", described, 0, nullptr, nullptr, 1};
-  if (packed <= kStagedBytes || team.distributed()) {
-    // Packed: one buffer of every leaf, staged (or gathered across processes) like one input.
-    alignas(64) unsigned char local[kStagedBytes];
-    std::vector<unsigned char> heap(packed <= kStagedBytes ? 0 : packed);
-    unsigned char* buffer = packed <= kStagedBytes ? local : heap.data();
-    std::size_t at = 0;
+  return Collective{name, hash_mix(signature, static_cast<std::uint64_t>(leaves)), "tree",
+                    described, 0, nullptr, nullptr, 1};
+}
+
+/// The packed path: every leaf copied into one buffer, which the engine stages (or gathers
+/// across processes) like one input; leaf j of member k is at the same offset of its copy.
+template <class Tree>
+void reduce_packed(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, std::size_t packed) {
+  alignas(64) unsigned char local[kStagedBytes];
+  std::vector<unsigned char> heap(packed <= kStagedBytes ? 0 : packed);
+  unsigned char* buffer = packed <= kStagedBytes ? local : heap.data();
+  std::size_t at = 0;
+  tree.each([&](auto& leaf) {
+    if (leaf.bytes() > 0) std::memcpy(buffer + at, leaf.input(), leaf.bytes());
+    at += packed_size(leaf.bytes());
+  });
+  c.bytes = packed;
+  c.in = buffer;
+  const int n = static_cast<int>(g.members.size());
+  rendezvous<unsigned char>(ctx, g, c, [&](Peers<unsigned char>& peers) {
+    std::size_t offset = 0;
     tree.each([&](auto& leaf) {
-      if (leaf.bytes() > 0) std::memcpy(buffer + at, leaf.input(), leaf.bytes());
-      at += packed_size(leaf.bytes());
+      leaf.reduce(n, [&](int k) { return peers.input(k) + offset; });
+      offset += packed_size(leaf.bytes());
     });
-    c.bytes = packed;
-    c.in = buffer;
-    rendezvous<unsigned char>(ctx, g, c, [&](Peers<unsigned char>& peers) {
-      std::size_t offset = 0;
-      tree.each([&](auto& leaf) {
-        leaf.reduce(n, [&](int k) { return peers.input(k) + offset; });
-        offset += packed_size(leaf.bytes());
-      });
+  });
+}
+
+/// The in-place path: a table of the leaves' buffers, which the peers read directly.
+template <class Tree>
+void reduce_in_place(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, int leaves) {
+  std::vector<const void*> table;
+  table.reserve(static_cast<std::size_t>(leaves));
+  tree.each([&](auto& leaf) { table.push_back(leaf.input()); });
+  c.bytes = table.size() * sizeof(const void*);
+  c.in = table.data();
+  c.in_place = true;
+  const int n = static_cast<int>(g.members.size());
+  rendezvous<const void*>(ctx, g, c, [&](Peers<const void*>& peers) {
+    std::size_t j = 0;
+    tree.each([&](auto& leaf) {
+      leaf.reduce(n, [&](int k) { return peers.input(k)[j]; });
+      ++j;
     });
-  } else {
-    // A table of the leaves' buffers, read in place by the peers.
-    std::vector<const void*> table;
-    table.reserve(static_cast<std::size_t>(leaves));
-    tree.each([&](auto& leaf) { table.push_back(leaf.input()); });
-    c.bytes = table.size() * sizeof(const void*);
-    c.in = table.data();
-    c.in_place = true;
-    rendezvous<const void*>(ctx, g, c, [&](Peers<const void*>& peers) {
-      std::size_t j = 0;
-      tree.each([&](auto& leaf) {
-        leaf.reduce(n, [&](int k) { return peers.input(k)[j]; });
-        ++j;
-      });
-    });
-  }
+  });
+}
+
+/// psum / pmean / pmax / pmin of a tree: one collective for every leaf, packed up to
+/// kStagedBytes (and across processes), in place above.
+template <OpKind K, class X>
+auto reduce_tree(Context& ctx, const X& x, const AxisNames& axes, const Groups& groups,
+                 const char* name) {
+  TreeNode<K, std::remove_cvref_t<X>> tree(ctx, x);
+  const GroupInfo& g = Access::group(ctx, axes, groups, false, name);
+  int leaves = 0;
+  std::size_t packed = 0;
+  const Collective c = describe_tree(tree, name, leaves, packed);
+  if (packed <= kStagedBytes || Access::member(ctx).team->distributed())
+    reduce_packed(ctx, g, c, tree, packed);
+  else
+    reduce_in_place(ctx, g, c, tree, leaves);
   return tree.take();
 }
 
