@@ -31,12 +31,12 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
+#include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "collective_util.hpp"
+#include "watchdog.hpp"
 
 namespace {
 
@@ -633,62 +634,6 @@ std::vector<std::vector<std::int64_t>> model(const Program& prog, int call) {
   return out;
 }
 
-// ---- the watchdog --------------------------------------------------------------------------
-
-/// Aborts the test binary, printing the program, when one program runs for longer than
-/// kHangLimit: a hang is reported with the program that caused it, not as a bare timeout.
-class Watchdog {
- public:
-  Watchdog() : thread_([this] { watch(); }) {}
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void arm(std::string what) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      what_ = std::move(what);
-      deadline_ = std::chrono::steady_clock::now() + kHangLimit;
-      armed_ = true;
-    }
-    cv_.notify_all();
-  }
-  void disarm() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    armed_ = false;
-  }
-
- private:
-  void watch() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_) {
-      if (!armed_) {
-        cv_.wait(lock);
-      } else if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && armed_ &&
-                 std::chrono::steady_clock::now() >= deadline_) {
-        std::fprintf(stderr, "\ntest_random: a program ran for more than %d s (hung?): %s\n",
-                     static_cast<int>(kHangLimit.count()), what_.c_str());
-        std::fflush(stderr);
-        std::abort();
-      }
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool armed_ = false;
-  bool stop_ = false;
-  std::chrono::steady_clock::time_point deadline_;
-  std::string what_;
-  std::thread thread_;  // last: starts after the members it reads
-};
-
 // ---- running programs ----------------------------------------------------------------------
 
 /// What the programs of one TEST exercised (checked, so that the generator cannot silently
@@ -779,10 +724,20 @@ struct Outcome {
   bool wrong = false;  ///< some device's state differed from the model (before any throw)
 };
 
+/// The Runtime of n devices on `threads` threads, made once and shared by the programs of
+/// that shape: later programs run on a runtime whose teams and caches earlier programs (and
+/// their failures) left behind, as a long-running application's do.
+pmap::Runtime& runtime_for(int n, int threads) {
+  static std::map<std::pair<int, int>, std::unique_ptr<pmap::Runtime>> runtimes;
+  auto& rt = runtimes[{n, threads}];
+  if (!rt) rt = std::make_unique<pmap::Runtime>(pmap::RuntimeConfig{.num_devices = n, .num_threads = threads});
+  return *rt;
+}
+
 /// Runs prog for prog.calls calls on one Mapped, stopping at the first call that fails.
 template <class T>
 Outcome run_program(const Program& prog) {
-  pmap::Runtime rt({.num_devices = prog.n, .num_threads = prog.threads});
+  pmap::Runtime& rt = runtime_for(prog.n, prog.threads);
   int call = 0;
   Trace trace;
   auto f = pmap::pmap(
@@ -816,7 +771,7 @@ Outcome run_program(const Program& prog) {
 /// Generates and runs `programs` programs from seeds base, base + 1, ...; reports up to three
 /// failing programs of each kind in full and checks what the programs covered.
 void run_programs(std::uint64_t base, int programs, const GenConfig& cfg) {
-  Watchdog watchdog;
+  Watchdog watchdog("test_random", kHangLimit);
   Coverage cov;
   int wrong = 0;             // returned wrong values
   int wrong_then_threw = 0;  // wrong values, then an error
@@ -872,6 +827,32 @@ TEST(RandomPrograms, ManyDevicesFewThreads) {
   cfg.min_n = 5;
   cfg.max_threads = 2;
   run_programs(4000, kPrograms, cfg);
+}
+
+/// Soak mode: PMAP_SOAK_SECONDS=600 runs programs of every configuration above, from a seed
+/// drawn at start (printed; PMAP_SOAK_SEED sets it), in batches until the time is up.
+TEST(RandomPrograms, Soak) {
+  const char* seconds = std::getenv("PMAP_SOAK_SECONDS");
+  if (seconds == nullptr) GTEST_SKIP() << "set PMAP_SOAK_SECONDS to soak";
+  const char* seed_env = std::getenv("PMAP_SOAK_SEED");
+  std::uint64_t seed = seed_env ? std::strtoull(seed_env, nullptr, 10) : std::random_device{}();
+  std::printf("soak: PMAP_SOAK_SEED=%llu for %s s\n", static_cast<unsigned long long>(seed), seconds);
+  GenConfig grouped;
+  grouped.min_n = 2;
+  grouped.grouped_focus = true;
+  GenConfig crowded;
+  crowded.min_n = 5;
+  crowded.max_threads = 2;
+  const GenConfig configs[] = {GenConfig{}, grouped, crowded};
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(std::atol(seconds));
+  constexpr int kBatch = 50;
+  long programs = 0;
+  for (int b = 0; std::chrono::steady_clock::now() < end && !testing::Test::HasFailure(); ++b) {
+    run_programs(seed, kBatch, configs[b % 3]);  // a failure prints the seed of its program
+    seed += kBatch;
+    programs += kBatch;
+  }
+  std::printf("soak: %ld programs\n", programs);
 }
 
 }  // namespace

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "test_util.hpp"
@@ -298,6 +300,53 @@ TEST(Runtime, ConcurrentCallsOnOneRuntime) {
   std::thread a([&] { drive(1, 8); });
   std::thread b([&] { drive(2, 5); });
   std::thread c([&] { drive(3, 8); });
+  a.join();
+  b.join();
+  c.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(Runtime, ConcurrentCollectiveCallsOnOneRuntime) {
+  // The same with collectives: host threads whose calls' devices meet in barriers share the
+  // two workers of one Runtime, with 8 devices; a shared Mapped, one of each thread's own,
+  // and a shard_map over a mesh of the same devices.
+  using F2 = Eigen::Tensor<float, 2, RowMajor>;
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  pmap::Options axis_i = on(rt);
+  axis_i.axis_name = "i";
+  auto shared = pmap::pmap(
+      [](pmap::Context& ctx, auto x) {
+        std::vector<std::pair<int, int>> ring;
+        for (int d = 0; d < ctx.axis_size(); ++d) ring.emplace_back(d, (d + 1) % ctx.axis_size());
+        return pmap::eval(ctx.psum(x) + ctx.ppermute(x, "i", ring));
+      },
+      axis_i);
+  const pmap::Mesh mesh({{"x", 8}}, &rt);
+  auto sharded = pmap::shard_map([](pmap::Context& ctx, auto block) { return ctx.psum(pmap::eval(block.sum()), "x"); },
+                                 mesh, {pmap::P("x")}, {pmap::P()});
+  std::atomic<int> failures{0};
+  auto drive = [&](int seed) {
+    auto own = pmap::pmap([](pmap::Context& ctx, auto x) { return ctx.all_gather(x); }, on(rt));
+    auto x = make<F2>(seed, 8, 3);
+    F2 e_shared(8, 3);
+    for (Index i = 0; i < 8; ++i)
+      for (Index j = 0; j < 3; ++j) {
+        float s = 0.f;
+        for (Index k = 0; k < 8; ++k) s += x(k, j);
+        e_shared(i, j) = s + x((i + 7) % 8, j);
+      }
+    const Eigen::Tensor<float, 0, RowMajor> e_total = x.sum();
+    for (int round = 0; round < (kSanitized ? 30 : 150); ++round) {
+      if (!tensors_near(shared(x), e_shared)) failures.fetch_add(1);
+      const Eigen::Tensor<float, 3, RowMajor> g = own(x);
+      for (Index i = 0; i < 8; ++i)
+        if (!tensors_equal(F2(g.chip(i, 0)), x)) failures.fetch_add(1);
+      if (std::abs(sharded(x)() - e_total()) > 1e-3f * std::abs(e_total()) + 1e-3f) failures.fetch_add(1);
+    }
+  };
+  std::thread a([&] { drive(1); });
+  std::thread b([&] { drive(2); });
+  std::thread c([&] { drive(3); });
   a.join();
   b.join();
   c.join();

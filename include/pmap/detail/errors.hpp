@@ -11,6 +11,11 @@
 
 namespace pmap::detail {
 
+/// Thrown inside a device whose call was cancelled by another device's failure: the
+/// device leaves, and the call reports the failure that cancelled it, never this.
+/// Deliberately not a std::exception, so that kernels catching std::exception let it pass.
+struct Cancelled {};
+
 /// One mapped leaf of the arguments, for error messages.
 struct LeafInfo {
   std::string path;  ///< "args[1][0]"

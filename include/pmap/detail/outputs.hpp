@@ -106,24 +106,51 @@ Shape output_shape(const O& value) {
   }
 }
 
-/// Waits (briefly, the owner is running) until a one-time initialisation is published.
+/// A one-time initialisation shared by the devices of a call (an output's allocation): the
+/// first device to claim it does the work, the others wait (briefly: the owner is running,
+/// it does not wait for anyone meanwhile). The owner holds an Owner; unless it publishes,
+/// its destructor marks the work failed (an allocation that threw), and every waiter then
+/// throws Cancelled, leaving the owner's own exception to be the call's error. Without that,
+/// they would wait forever for work that will never be published.
 class Once {
+  enum State : int { idle, running, done, failed };
+
  public:
+  class Owner {
+   public:
+    explicit Owner(Once* once) : once_(once) {}
+    Owner(const Owner&) = delete;
+    Owner& operator=(const Owner&) = delete;
+    ~Owner() {
+      if (once_) once_->state_.store(failed, std::memory_order_release);
+    }
+    /// True for the one caller that must do the work and then publish().
+    explicit operator bool() const { return once_ != nullptr; }
+    void publish() {
+      once_->state_.store(done, std::memory_order_release);
+      once_ = nullptr;
+    }
+
+   private:
+    Once* once_;
+  };
+
   Once() = default;
   Once(const Once& other) : state_(other.state_.load(std::memory_order_relaxed)) {}
-  /// Returns true for the one caller that must initialise and then call publish().
-  bool claim() {
-    int expected = 0;
-    if (state_.load(std::memory_order_acquire) == 2) return false;
-    if (state_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return true;
-    while (state_.load(std::memory_order_acquire) != 2) std::this_thread::yield();
-    return false;
+
+  /// An engaged Owner for the first caller; for the others, returns once the work is
+  /// published, or throws Cancelled if it failed.
+  Owner claim() {
+    int seen = state_.load(std::memory_order_acquire);
+    if (seen == idle && state_.compare_exchange_strong(seen, running, std::memory_order_acq_rel))
+      return Owner(this);
+    while ((seen = state_.load(std::memory_order_acquire)) == running) std::this_thread::yield();
+    if (seen == failed) throw Cancelled{};
+    return Owner(nullptr);
   }
-  void publish() { state_.store(2, std::memory_order_release); }
-  void reset(bool done) { state_.store(done ? 2 : 0, std::memory_order_relaxed); }
 
  private:
-  std::atomic<int> state_{0};
+  std::atomic<int> state_{idle};
 };
 
 /// "float32", or "float32 (ColMajor)" for a column-major tensor: into() names the layout
@@ -202,7 +229,7 @@ class Sink<O, int> {
   template <class V>
   void write_tensor(int i, const V& value) {
     const Shape s = output_shape(value);
-    if (once_.claim()) {
+    if (Once::Owner owner = once_.claim()) {
       shape_ = s;
       owner_ = i;
       full_ = insert_axis(s, axis_, call_.n);
@@ -211,7 +238,7 @@ class Sink<O, int> {
           check_target(s);
         } catch (...) {
           target_rejected_ = true;
-          once_.publish();
+          owner.publish();  // published as rejected: every device raises the same error
           throw;
         }
       } else {
@@ -219,7 +246,7 @@ class Sink<O, int> {
         data_ = result_.data();
         prepare_result(data_, static_cast<std::size_t>(full_.size()) * sizeof(T));
       }
-      once_.publish();
+      owner.publish();
     }
     if (target_rejected_) check_target(s);  // every device fails like the first one
     if (!(s == shape_)) raise_output_shapes_differ(index_, call_.id(owner_), shape_, call_.id(i), s);
@@ -301,7 +328,9 @@ class BlockSink {
   BlockSink(const CallInfo& call, const Partition& partition, int index)
       : call_(&call), partition_(partition), index_(index),
         values_(static_cast<std::size_t>(call.n)), mismatch_(static_cast<std::size_t>(call.n)) {}
-  BlockSink(BlockSink&& other) noexcept
+  /// Not noexcept: a rank-0 Eigen::Tensor allocates its element even when default
+  /// constructed, and an allocation that fails here must reach the caller as bad_alloc.
+  BlockSink(BlockSink&& other)
       : call_(other.call_), partition_(other.partition_), index_(other.index_),
         values_(std::move(other.values_)), mismatch_(std::move(other.mismatch_)) {}
 
@@ -563,10 +592,10 @@ class OutputSet<std::vector<O, A>, Out> {
   }
   template <class V>
   void write(int i, const V& values) {
-    if (once_.claim()) {
+    if (Once::Owner owner = once_.claim()) {
       for (std::size_t k = 0; k < values.size(); ++k) sinks_.emplace_back(call_, spec_, static_cast<int>(k));
       owner_ = i;
-      once_.publish();
+      owner.publish();
     }
     if (values.size() != sinks_.size())
       raise_output_count_differs(call_.id(i), values.size(), call_.id(owner_), sinks_.size());

@@ -26,6 +26,7 @@
 
 #include "pmap/axes.hpp"
 #include "pmap/detail/distributed.hpp"
+#include "pmap/detail/errors.hpp"
 #include "pmap/detail/hash.hpp"
 #include "pmap/errors.hpp"
 #include "pmap/detail/pool.hpp"
@@ -42,10 +43,6 @@ class RemoteFailure : public DeviceError {
  public:
   using DeviceError::DeviceError;
 };
-
-/// Thrown inside a device whose call was cancelled by another device's failure.
-/// Deliberately not a std::exception, so that kernels catching std::exception let it pass.
-struct Cancelled {};
 
 inline constexpr int kMaxAxes = 8;
 
