@@ -49,7 +49,9 @@ class Operand {
   /// Takes over a donated tensor: its storage is the input and may become the result.
   explicit Operand(Eigen::Tensor<T, rank, layout>&& x) : owned_(std::move(x)) {
     data_ = owned_.data();
-    shape_ = shape_of_dims(owned_.dimensions(), rank);
+    // A rank-0 tensor's dimensions are an empty DSizes, which GCC 12 at -O1 takes for an
+    // uninitialised argument (-Wmaybe-uninitialized); its shape is the default one anyway.
+    if constexpr (rank > 0) shape_ = shape_of_dims(owned_.dimensions(), rank);
   }
   Operand(const Operand&) = delete;
   Operand& operator=(const Operand&) = delete;
