@@ -74,6 +74,17 @@ std::string describe_op(const Slot& s) {
                      format_typed_shape(s.desc.dtype, s.desc.shape));
 }
 
+/// For two tree collectives: where the trees first differ ("; the trees first differ at
+/// leaf 2 (depth first)"), or nothing when that is beyond the leaves the slots describe.
+std::string first_differing_leaf(const Slot& a, const Slot& b) {
+  if (std::strcmp(a.desc.dtype, "tree") != 0 || std::strcmp(b.desc.dtype, "tree") != 0) return {};
+  const int common = std::min({a.leaf_count, b.leaf_count, Slot::kDescribedLeaves});
+  int k = 0;
+  while (k < common && a.leaf_signatures[k] == b.leaf_signatures[k]) ++k;
+  if (k == common && (k == Slot::kDescribedLeaves || a.leaf_count == b.leaf_count)) return {};
+  return fmt::format("; the trees first differ at leaf {} (depth first)", k);
+}
+
 }  // namespace
 
 Team::Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
@@ -331,15 +342,14 @@ void Team::check_agreement(int me, std::span<const int> members, std::uint64_t t
     const Slot& s = slot(m);
     if (signature(s) == sig) continue;
     // The peer's description is stable while it has not moved past this collective.
-    std::string peer = s.phase.load(std::memory_order_acquire) <= target
-                           ? describe_op(s)
-                           : std::string("a different collective");
+    const bool stable = s.phase.load(std::memory_order_acquire) <= target;
+    std::string peer = stable ? describe_op(s) : std::string("a different collective");
     throw DeviceError(device_id(me),
                       fmt::format("{}: device {} called {}, but device {} called {}; every device "
                                   "of a group must call the same collectives in the same order "
-                                  "with the same shapes",
+                                  "with the same shapes{}",
                                   mine.desc.name, device_id(me), describe_op(mine), device_id(m),
-                                  peer));
+                                  peer, stable ? first_differing_leaf(mine, s) : std::string()));
   }
 }
 

@@ -187,6 +187,17 @@ TEST_P(Trees, TreesThatDifferBetweenDevicesAreADeviceError) {
   const std::string msg = catch_message<pmap::DeviceError>([&] { f(a); });
   EXPECT_NE(msg.find("psum over axis i on tree[3]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("psum over axis i on tree[2]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the trees first differ at leaf 2 (depth first)"), std::string::npos) << msg;
+  // Trees of as many leaves: the first leaf that differs is named.
+  auto h = pmap::pmap(
+      [](pmap::Context& ctx, View<float, 1, RowMajor> x) {
+        const Tensor<float, 1> other(ctx.axis_index("i") == 1 ? 5 : 4);
+        return std::get<0>(ctx.pmax(std::make_tuple(x, std::array<Tensor<float, 1>, 2>{Tensor<float, 1>(x), other}), "i"));
+      },
+      named_axis());
+  const std::string leaf_msg = catch_message<pmap::DeviceError>([&] { h(a); });
+  EXPECT_NE(leaf_msg.find("pmax over axis i on tree[3]"), std::string::npos) << leaf_msg;
+  EXPECT_NE(leaf_msg.find("the trees first differ at leaf 2 (depth first)"), std::string::npos) << leaf_msg;
   // And a tree against a single tensor.
   auto g = pmap::pmap(
       [](pmap::Context& ctx, View<float, 1, RowMajor> x) {
@@ -195,6 +206,62 @@ TEST_P(Trees, TreesThatDifferBetweenDevicesAreADeviceError) {
       },
       named_axis());
   EXPECT_FALSE(catch_message<pmap::DeviceError>([&] { g(a); }).empty());
+}
+
+/// A tree of data movers is one collective too: trees of different sizes on two devices
+/// meet in one rendezvous and fail it (E14 naming both trees), whatever their leaves.
+TEST_P(Trees, DataMoverTreesAreOneCollective) {
+  if (n() < 2) GTEST_SKIP() << "needs 2 devices";
+  Tensor<float, 2> a(n(), 4);
+  fill_values(a, 1);
+  for (const char* op : {"ppermute", "all_gather", "pbroadcast", "all_to_all"}) {
+    auto f = pmap::pmap(
+        [op](pmap::Context& ctx, View<float, 1, RowMajor> x) {
+          const int n = ctx.axis_size("i");
+          std::vector<Tensor<float, 1>> tree(ctx.axis_index("i") == 1 ? 3 : 2, Tensor<float, 1>(x));
+          std::vector<std::pair<int, int>> shift;
+          for (int k = 0; k < n; ++k) shift.emplace_back(k, (k + 1) % n);
+          const std::string name = op;
+          if (name == "ppermute") return ctx.ppermute(tree, "i", shift).size();
+          if (name == "all_gather") return ctx.all_gather(tree, "i").size();
+          if (name == "pbroadcast") return ctx.pbroadcast(tree, "i", 0).size();
+          std::vector<Tensor<float, 1>> blocks(tree.size(), Tensor<float, 1>(n));
+          return ctx.all_to_all(blocks, "i", 0, 0).size();
+        },
+        named_axis());
+    const std::string msg = catch_message<pmap::DeviceError>([&] { f(a); });
+    EXPECT_NE(msg.find(std::string(op) + " over axis i on tree[3]"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::string(op) + " over axis i on tree[2]"), std::string::npos) << msg;
+  }
+}
+
+/// Large leaves (read in place through the table), a Core leaf, and nested containers.
+TEST_P(Trees, LargeDataMoverTreesWithCoreLeaves) {
+  constexpr Index kLen = 3000;  // 12 KiB a leaf: above the packed path
+  Tensor<float, 2> a(n(), kLen);
+  Tensor<std::int32_t, 2> b(n(), kLen);
+  fill_values(a, 1);
+  fill_values(b, 2);
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, View<float, 1, RowMajor> x, View<std::int32_t, 1, RowMajor> y) {
+        const int n = ctx.axis_size("i");
+        auto eq = [](const auto& u, const auto& v) { return bool(tensors_equal(u, v)); };
+        std::vector<std::pair<int, int>> shift;
+        for (int k = 0; k < n; ++k) shift.emplace_back(k, (k + 2) % n);
+        const Eigen::VectorXf v = Eigen::VectorXf::LinSpaced(kLen, 0.f, 1.f) * static_cast<float>(ctx.axis_index("i"));
+        const auto tree = std::make_tuple(x, std::array<View<std::int32_t, 1, RowMajor>, 2>{y, y}, v);
+        auto [p0, p1, p2] = ctx.ppermute(tree, "i", shift);
+        static_assert(std::is_same_v<decltype(p2), Eigen::VectorXf>);
+        auto [b0, b1, b2] = ctx.pbroadcast(tree, "i", n - 1);
+        auto [g0, g1] = ctx.all_gather(std::tie(x, y), "i", 0, pmap::tiled);
+        return eq(p0, ctx.ppermute(x, "i", shift)) && eq(p1[0], ctx.ppermute(y, "i", shift)) &&
+               eq(p1[1], p1[0]) && p2 == ctx.ppermute(v, "i", shift) && eq(b0, ctx.pbroadcast(x, "i", n - 1)) &&
+               eq(b1[1], ctx.pbroadcast(y, "i", n - 1)) && b2 == ctx.pbroadcast(v, "i", n - 1) &&
+               eq(g0, ctx.all_gather(x, "i", 0, pmap::tiled)) && eq(g1, ctx.all_gather(y, "i", 0, pmap::tiled));
+      },
+      named_axis());
+  const Tensor<bool, 1> ok = f(a, b);
+  for (int i = 0; i < n(); ++i) EXPECT_TRUE(ok(i)) << "device " << i;
 }
 
 // ---- Eigen Core operands and outputs (SPEC 10) ---------------------------------------------

@@ -109,7 +109,10 @@ auto Context::pargmin(const X& x, AxisNames axes) {
 template <class X>
 auto Context::all_gather(const X& x, AxisNames axes, int axis, const Groups& groups) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return all_gather(leaf, axes, axis, groups); });
+    static_assert(!detail::has_core_leaf<X>(),
+                  "pmap: all_gather changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                  "wrap the data in an Eigen::TensorMap");
+    return detail::all_gather_tree<false>(*this, x, axes, axis, groups);
   } else {
     static_assert(!detail::is_core_dense_v<X>,
                   "pmap: all_gather changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
@@ -122,7 +125,10 @@ auto Context::all_gather(const X& x, AxisNames axes, int axis, const Groups& gro
 template <class X>
 auto Context::all_gather(const X& x, AxisNames axes, int axis, tiled_t, const Groups& groups) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return all_gather(leaf, axes, axis, tiled, groups); });
+    static_assert(!detail::has_core_leaf<X>(),
+                  "pmap: all_gather changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                  "wrap the data in an Eigen::TensorMap");
+    return detail::all_gather_tree<true>(*this, x, axes, axis, groups);
   } else {
     static_assert(!detail::is_core_dense_v<X>,
                   "pmap: all_gather changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
@@ -164,7 +170,10 @@ template <class X>
 auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis,
                          const Groups& groups) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return all_to_all(leaf, axes, split_axis, concat_axis, groups); });
+    static_assert(!detail::has_core_leaf<X>(),
+                  "pmap: all_to_all changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                  "wrap the data in an Eigen::TensorMap");
+    return detail::all_to_all_tree<false>(*this, x, axes, split_axis, concat_axis, groups);
   } else {
     static_assert(!detail::is_core_dense_v<X>,
                   "pmap: all_to_all changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
@@ -178,7 +187,10 @@ template <class X>
 auto Context::all_to_all(const X& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
                          const Groups& groups) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return all_to_all(leaf, axes, split_axis, concat_axis, tiled, groups); });
+    static_assert(!detail::has_core_leaf<X>(),
+                  "pmap: all_to_all changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                  "wrap the data in an Eigen::TensorMap");
+    return detail::all_to_all_tree<true>(*this, x, axes, split_axis, concat_axis, groups);
   } else {
     static_assert(!detail::is_core_dense_v<X>,
                   "pmap: all_to_all changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
@@ -206,7 +218,7 @@ Eigen::Tensor<T, R, L> Context::all_to_all(Eigen::Tensor<T, R, L>&& x, AxisNames
 template <class X>
 auto Context::ppermute(const X& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return ppermute(leaf, axes, perm); });
+    return detail::permute_tree(*this, x, detail::ppermute_op(*this, axes, perm));
   } else if constexpr (detail::is_core_dense_v<X>) {
     return detail::core_collective(x, [&](const auto& t) { return ppermute(t, axes, perm); });
   } else {
@@ -223,7 +235,7 @@ Eigen::Tensor<T, R, L> Context::ppermute(Eigen::Tensor<T, R, L>&& x, AxisNames a
 template <class X>
 auto Context::pshuffle(const X& x, AxisNames axes, const std::vector<int>& perm) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return pshuffle(leaf, axes, perm); });
+    return detail::permute_tree(*this, x, detail::pshuffle_op(*this, axes, perm));
   } else if constexpr (detail::is_core_dense_v<X>) {
     return detail::core_collective(x, [&](const auto& t) { return pshuffle(t, axes, perm); });
   } else {
@@ -240,7 +252,7 @@ Eigen::Tensor<T, R, L> Context::pshuffle(Eigen::Tensor<T, R, L>&& x, AxisNames a
 template <class X>
 auto Context::pbroadcast(const X& x, AxisNames axes, int source) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return pbroadcast(leaf, axes, source); });
+    return detail::permute_tree(*this, x, detail::pbroadcast_op(*this, axes, source));
   } else if constexpr (detail::is_core_dense_v<X>) {
     return detail::core_collective(x, [&](const auto& t) { return pbroadcast(t, axes, source); });
   } else {

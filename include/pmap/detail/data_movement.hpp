@@ -23,82 +23,219 @@ void check_shuffle(const std::vector<int>& perm, const GroupInfo& g);
 /// pbroadcast: source in [0, n).
 void check_source(int source, const GroupInfo& g);
 
+// Each collective is a leaf class, the one implementation of the collective over one
+// operand: built before the rendezvous (operand, result, plan), its work() run over the
+// peers' inputs, take() after. The collective of one operand meets its peers with it
+// (meet_one), a tree meets them once for all its leaves (trees.hpp).
+
+/// Runs one leaf's collective: one rendezvous over g, its work over the peers' inputs.
+template <class T, class Leaf>
+void meet_one(Context& ctx, const GroupInfo& g, const Collective& c, Leaf& leaf) {
+  const int n = static_cast<int>(g.members.size());
+  rendezvous<T>(ctx, g, c, [&](Peers<T>& peers) { leaf.work(n, [&](int k) { return peers.input(k); }); });
+}
+
+template <bool Tiled, class X>
+class AllGatherLeaf;
+template <bool Tiled, class X>
+class AllToAllLeaf;
+template <class X>
+class PermuteLeaf;
+
+/// all_gather's parameters (the same for every leaf of a tree).
+template <bool Tiled>
+struct AllGatherOp {
+  const GroupInfo* g;
+  int axis;
+  template <class X>
+  using Leaf = AllGatherLeaf<Tiled, X>;
+};
+
 /// all_gather: member k's input becomes block k of every member's result, along `axis`:
 /// a new axis of extent n (untiled), or the input's own axis, n times longer (tiled).
 template <bool Tiled, class X>
-auto all_gather(Context& ctx, const X& x, const AxisNames& axes, int axis, const Groups& groups) {
-  Operand<X> op(x);
+class AllGatherLeaf {
   using T = typename Operand<X>::T;
-  constexpr int R = Operand<X>::rank;
-  constexpr int RO = Tiled ? R : R + 1;
-  constexpr int L = !Tiled && Operand<X>::is_scalar ? Eigen::RowMajor : Operand<X>::layout;
+  static constexpr int R = Operand<X>::rank;
+  static constexpr int RO = Tiled ? R : R + 1;
+  static constexpr int L = !Tiled && Operand<X>::is_scalar ? Eigen::RowMajor : Operand<X>::layout;
+
+ public:
+  AllGatherLeaf(Context& ctx, const X& x, const AllGatherOp<Tiled>& op)
+      : op_(x), a_(canonical_axis(op.axis, RO)) {
+    const int n = static_cast<int>(op.g->members.size());
+    // Untiled: a new axis of extent 1 at `a`, then concatenated.
+    const Shape block = Tiled ? op_.shape() : insert_axis(op_.shape(), a_, 1);
+    Shape out_shape = block;
+    out_shape.dims[static_cast<std::size_t>(a_)] *= n;
+    result_ = make_result<T, RO, L>(ctx, out_shape);
+    split_ = split_around(block, a_, L);
+    stream_ = streams_into(result_);
+  }
+  AllGatherLeaf(const AllGatherLeaf&) = delete;
+  AllGatherLeaf& operator=(const AllGatherLeaf&) = delete;
+
+  Collective describe() {
+    return detail::describe<T>("all_gather", OpKind::all_gather, op_.shape(), {a_, Tiled}, op_.data(),
+                               result_.data());
+  }
+  const void* input() const { return op_.data(); }
+  std::size_t bytes() { return describe().bytes; }
+  std::uint64_t signature() { return describe().signature; }
+  template <class Input>
+  void work(int n, const Input& input) {
+    for (int k = 0; k < n; ++k)
+      place_block(result_.data(), static_cast<const T*>(static_cast<const void*>(input(k))), split_, n, k, stream_);
+  }
+  auto take() { return std::move(result_); }
+
+ private:
+  Operand<X> op_;
+  int a_;
+  Eigen::Tensor<T, RO, L> result_;
+  Split3 split_{};
+  bool stream_ = false;
+};
+
+template <bool Tiled, class X>
+auto all_gather(Context& ctx, const X& x, const AxisNames& axes, int axis, const Groups& groups) {
   const GroupInfo& g = Access::group(ctx, axes, groups, true, "all_gather");
-  const int n = static_cast<int>(g.members.size());
-  const int a = canonical_axis(axis, RO);
-  // Untiled: a new axis of extent 1 at `a`, then concatenated.
-  const Shape block = Tiled ? op.shape() : insert_axis(op.shape(), a, 1);
-  Shape out_shape = block;
-  out_shape.dims[static_cast<std::size_t>(a)] *= n;
-  auto result = make_result<T, RO, L>(ctx, out_shape);
-  const Split3 s = split_around(block, a, L);
-  T* out = result.data();
-  const bool stream = streams_into(result);
-  rendezvous<T>(ctx, g, describe<T>("all_gather", OpKind::all_gather, op.shape(), {a, Tiled}, op.data(), out),
-                [&](Peers<T>& peers) {
-                  for (int k = 0; k < n; ++k) place_block(out, peers.input(k), s, n, k, stream);
-                });
-  return result;
+  AllGatherLeaf<Tiled, X> leaf(ctx, x, AllGatherOp<Tiled>{&g, axis});
+  meet_one<typename Operand<X>::T>(ctx, g, leaf.describe(), leaf);
+  return leaf.take();
 }
+
+/// all_to_all's parameters.
+template <bool Tiled>
+struct AllToAllOp {
+  const GroupInfo* g;
+  int split_axis, concat_axis;
+  template <class X>
+  using Leaf = AllToAllLeaf<Tiled, X>;
+};
 
 /// all_to_all: member p receives block p (along split_axis) of every member's input and
 /// places member k's block at position k along concat_axis (plan_all_to_all).
+template <bool Tiled, class X>
+class AllToAllLeaf {
+  using T = typename Operand<X>::T;
+  static constexpr int R = Operand<X>::rank;
+  static constexpr int L = Operand<X>::layout;
+
+ public:
+  template <class Source>
+  AllToAllLeaf(Context& ctx, Source&& x, const AllToAllOp<Tiled>& op)
+      : ctx_(ctx), op_(std::forward<Source>(x)), sa_(canonical_axis(op.split_axis, R)),
+        ca_(canonical_axis(op.concat_axis, R)) {
+    const GroupInfo& g = *op.g;
+    const int n = static_cast<int>(g.members.size());
+    const std::int64_t extent = op_.shape().dims[static_cast<std::size_t>(sa_)];
+    if (Tiled ? extent % n != 0 : extent != n) raise_all_to_all_extent(g.axis_label, n, extent, Tiled);
+    plan_ = plan_all_to_all(op_.shape(), sa_, ca_, Tiled, n, g.position, L);
+    result_ = make_result<T, R, L>(ctx, plan_.result);
+    stream_ = streams_into(result_);
+  }
+  AllToAllLeaf(const AllToAllLeaf&) = delete;
+  AllToAllLeaf& operator=(const AllToAllLeaf&) = delete;
+
+  Collective describe() {
+    return detail::describe<T>("all_to_all", OpKind::all_to_all, op_.shape(), {sa_, ca_, Tiled}, op_.data(),
+                               result_.data());
+  }
+  const void* input() const { return op_.data(); }
+  std::size_t bytes() { return describe().bytes; }
+  std::uint64_t signature() { return describe().signature; }
+  template <class Input>
+  void work(int n, const Input& input) {
+    for (int k = 0; k < n; ++k)
+      copy_box(result_.data() + k * plan_.dst_step,
+               static_cast<const T*>(static_cast<const void*>(input(k))) + plan_.src_offset, plan_.box, stream_);
+  }
+  auto take() {
+    recycle(ctx_, op_);
+    return std::move(result_);
+  }
+
+ private:
+  Context& ctx_;
+  Operand<X> op_;
+  int sa_, ca_;
+  AllToAllPlan plan_{};
+  Eigen::Tensor<T, R, L> result_;
+  bool stream_ = false;
+};
+
 template <bool Tiled, class X, class Source>
 auto all_to_all(Context& ctx, Source&& x, const AxisNames& axes, int split_axis, int concat_axis,
                 const Groups& groups) {
-  Operand<X> op(std::forward<Source>(x));
-  using T = typename Operand<X>::T;
-  constexpr int R = Operand<X>::rank;
-  constexpr int L = Operand<X>::layout;
   const GroupInfo& g = Access::group(ctx, axes, groups, true, "all_to_all");
-  const int n = static_cast<int>(g.members.size());
-  const int sa = canonical_axis(split_axis, R);
-  const int ca = canonical_axis(concat_axis, R);
-  const std::int64_t extent = op.shape().dims[static_cast<std::size_t>(sa)];
-  if (Tiled ? extent % n != 0 : extent != n) raise_all_to_all_extent(g.axis_label, n, extent, Tiled);
-  const AllToAllPlan plan = plan_all_to_all(op.shape(), sa, ca, Tiled, n, g.position, L);
-  auto result = make_result<T, R, L>(ctx, plan.result);
-  T* out = result.data();
-  const bool stream = streams_into(result);
-  rendezvous<T>(ctx, g, describe<T>("all_to_all", OpKind::all_to_all, op.shape(), {sa, ca, Tiled}, op.data(), out),
-                [&](Peers<T>& peers) {
-                  for (int k = 0; k < n; ++k)
-                    copy_box(out + k * plan.dst_step, peers.input(k) + plan.src_offset, plan.box, stream);
-                });
-  recycle(ctx, op);
-  return result;
+  AllToAllLeaf<Tiled, X> leaf(ctx, std::forward<Source>(x), AllToAllOp<Tiled>{&g, split_axis, concat_axis});
+  meet_one<typename Operand<X>::T>(ctx, g, leaf.describe(), leaf);
+  return leaf.take();
 }
 
-/// Member p receives the input of member source(p), or zeros when source(p) < 0.
-template <class X, class Input, class Source>
-auto permute(Context& ctx, Input&& x, const GroupInfo& g, const char* name, OpKind kind,
-             std::initializer_list<std::int64_t> params, std::uint64_t perm_hash,
-             const Source& source) {
-  Operand<X> op(std::forward<Input>(x));
+/// ppermute's, pshuffle's and pbroadcast's parameters: member p receives the input of
+/// member from (this device's source), or zeros when from < 0.
+struct PermuteOp {
+  const GroupInfo* g;
+  const char* name;
+  OpKind kind;
+  std::int64_t source;     ///< pbroadcast's source (signed), 0 otherwise
+  std::uint64_t perm_hash;  ///< added to the group's signature
+  int from;
+  template <class X>
+  using Leaf = PermuteLeaf<X>;
+};
+
+template <class X>
+class PermuteLeaf {
   using T = typename Operand<X>::T;
-  auto result = make_result<T, Operand<X>::rank, Operand<X>::layout>(ctx, op.shape());
-  T* out = result.data();
-  const int from = source(g.position);
-  GroupInfo signed_group = g;
-  signed_group.signature ^= perm_hash;
-  rendezvous<T>(ctx, signed_group, describe<T>(name, kind, op.shape(), params, op.data(), out),
-                [&](Peers<T>& peers) {
-                  copy_or_zero(out, from >= 0 ? peers.input(from) : nullptr, op.shape().size());
-                });
-  recycle(ctx, op);
-  if constexpr (Operand<X>::is_scalar)
-    return T(result());
-  else
-    return result;
+
+ public:
+  template <class Source>
+  PermuteLeaf(Context& ctx, Source&& x, const PermuteOp& op)
+      : ctx_(ctx), op_(std::forward<Source>(x)), p_(op),
+        result_(make_result<T, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {}
+  PermuteLeaf(const PermuteLeaf&) = delete;
+  PermuteLeaf& operator=(const PermuteLeaf&) = delete;
+
+  Collective describe() {
+    if (p_.kind == OpKind::pbroadcast)
+      return detail::describe<T>(p_.name, p_.kind, op_.shape(), {p_.source}, op_.data(), result_.data());
+    return detail::describe<T>(p_.name, p_.kind, op_.shape(), {}, op_.data(), result_.data());
+  }
+  const void* input() const { return op_.data(); }
+  std::size_t bytes() { return describe().bytes; }
+  std::uint64_t signature() { return describe().signature; }
+  template <class Input>
+  void work(int, const Input& input) {
+    copy_or_zero(result_.data(),
+                 p_.from >= 0 ? static_cast<const T*>(static_cast<const void*>(input(p_.from))) : nullptr,
+                 op_.shape().size());
+  }
+  auto take() {
+    recycle(ctx_, op_);
+    if constexpr (Operand<X>::is_scalar)
+      return T(result_());
+    else
+      return std::move(result_);
+  }
+
+ private:
+  Context& ctx_;
+  Operand<X> op_;
+  PermuteOp p_;
+  Eigen::Tensor<T, Operand<X>::rank, Operand<X>::layout> result_;
+};
+
+/// Member p receives the input of member op.from, or zeros.
+template <class X, class Input>
+auto permute(Context& ctx, Input&& x, const PermuteOp& op) {
+  PermuteLeaf<X> leaf(ctx, std::forward<Input>(x), op);
+  GroupInfo signed_group = *op.g;
+  signed_group.signature ^= op.perm_hash;
+  meet_one<typename Operand<X>::T>(ctx, signed_group, leaf.describe(), leaf);
+  return leaf.take();
 }
 
 /// ppermute's source for this device (-1: nobody sends to it), after validating the pairs.
@@ -110,31 +247,39 @@ inline int permutation_source(const GroupInfo& g, const std::vector<std::pair<in
   return from;
 }
 
+/// The PermuteOps of ppermute, pshuffle and pbroadcast, validated.
+inline PermuteOp ppermute_op(Context& ctx, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+  const GroupInfo& g = Access::group(ctx, axes, {}, false, "ppermute");
+  const int from = permutation_source(g, perm);
+  return PermuteOp{&g, "ppermute", OpKind::ppermute, 0,
+                   hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])), from};
+}
+inline PermuteOp pshuffle_op(Context& ctx, const AxisNames& axes, const std::vector<int>& perm) {
+  const GroupInfo& g = Access::group(ctx, axes, {}, false, "pshuffle");
+  check_shuffle(perm, g);
+  return PermuteOp{&g, "pshuffle", OpKind::ppermute, 0, hash_bytes(1, perm.data(), perm.size() * sizeof(int)),
+                   perm[static_cast<std::size_t>(g.position)]};
+}
+inline PermuteOp pbroadcast_op(Context& ctx, const AxisNames& axes, int source) {
+  const GroupInfo& g = Access::group(ctx, axes, {}, false, "pbroadcast");
+  check_source(source, g);
+  return PermuteOp{&g, "pbroadcast", OpKind::pbroadcast, source, 0, source};
+}
+
 template <class X, class Input>
 auto ppermute(Context& ctx, Input&& x, const AxisNames& axes,
               const std::vector<std::pair<int, int>>& perm) {
-  const GroupInfo& g = Access::group(ctx, axes, {}, false, "ppermute");
-  const int from = permutation_source(g, perm);
-  return permute<X>(ctx, std::forward<Input>(x), g, "ppermute", OpKind::ppermute, {},
-                    hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])),
-                    [from](int) { return from; });
+  return permute<X>(ctx, std::forward<Input>(x), ppermute_op(ctx, axes, perm));
 }
 
 template <class X, class Input>
 auto pshuffle(Context& ctx, Input&& x, const AxisNames& axes, const std::vector<int>& perm) {
-  const GroupInfo& g = Access::group(ctx, axes, {}, false, "pshuffle");
-  check_shuffle(perm, g);
-  return permute<X>(ctx, std::forward<Input>(x), g, "pshuffle", OpKind::ppermute, {},
-                    hash_bytes(1, perm.data(), perm.size() * sizeof(int)),
-                    [&perm](int p) { return perm[static_cast<std::size_t>(p)]; });
+  return permute<X>(ctx, std::forward<Input>(x), pshuffle_op(ctx, axes, perm));
 }
 
 template <class X, class Input>
 auto pbroadcast(Context& ctx, Input&& x, const AxisNames& axes, int source) {
-  const GroupInfo& g = Access::group(ctx, axes, {}, false, "pbroadcast");
-  check_source(source, g);
-  return permute<X>(ctx, std::forward<Input>(x), g, "pbroadcast", OpKind::pbroadcast, {source}, 0,
-                    [source](int) { return source; });
+  return permute<X>(ctx, std::forward<Input>(x), pbroadcast_op(ctx, axes, source));
 }
 
 }  // namespace pmap::detail

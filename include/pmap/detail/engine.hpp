@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <type_traits>
 #include <utility>
 
@@ -32,15 +33,18 @@ auto execute(const Kernel& kernel, const Out& out, Target* target, const CallInf
   if constexpr (!std::is_same_v<Target, std::nullptr_t>) outputs.bind(*target);
   const TeamLease team = lease();
   Context* const caller = this_thread().device;
-  runtime.pool().run(call.n, [&](int i) {
-    run_device(team.team(), team.base() + i, &call.devices[i], &runtime, [&](Context& ctx) {
-      Staging staging;
-      if constexpr (std::is_void_v<R>)
-        invoke_kernel(kernel, ctx, views(i, staging));
-      else
-        outputs.write(i, invoke_kernel(kernel, ctx, views(i, staging)));
-    });
-  });
+  runtime.pool().run(
+      call.n,
+      [&](int i) {
+        run_device(team.team(), team.base() + i, &call.devices[i], &runtime, [&](Context& ctx) {
+          Staging staging;
+          if constexpr (std::is_void_v<R>)
+            invoke_kernel(kernel, ctx, views(i, staging));
+          else
+            outputs.write(i, invoke_kernel(kernel, ctx, views(i, staging)));
+        });
+      },
+      [&](std::exception_ptr failure) { team.team().fail(failure); });
   this_thread().device = caller;
   rethrow_failure(team.team(), processes);
   finish_outputs(outputs, call, runtime.pool(), check_replicated,

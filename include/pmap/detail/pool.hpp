@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <oneapi/tbb/global_control.h>
@@ -45,16 +47,26 @@ class Pool {
   int threads() const { return threads_; }
 
   /// Runs body(i) for i in [0, n) and waits for all of them. The calling thread takes
-  /// part. Safe to call from inside a device (nesting).
-  template <class Body>
-  void run(int n, const Body& body) {
+  /// part. Safe to call from inside a device (nesting). With device threads, a thread that
+  /// cannot start (no memory, no threads left) is reported to cancel(exception) first, so
+  /// that the devices already running stop waiting for the ones that never will; those
+  /// then run on the calling thread (and leave at once, being cancelled).
+  template <class Body, class Cancel = std::nullptr_t>
+  void run(int n, const Body& body, const Cancel& cancel = nullptr) {
     if (n <= 0) return;
 #if PMAP_DEVICE_THREADS
     std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) threads.emplace_back([&body, i] { body(i); });
+    int started = 0;
+    try {
+      threads.reserve(static_cast<std::size_t>(n));
+      for (; started < n; ++started) threads.emplace_back([&body, i = started] { body(i); });
+    } catch (...) {
+      if constexpr (!std::is_same_v<Cancel, std::nullptr_t>) cancel(std::current_exception());
+      for (int i = started; i < n; ++i) body(i);
+    }
     for (auto& t : threads) t.join();
 #else
+    (void)cancel;
     Claims<Body> claims(n, body);
     arena_.execute([&] {
       tbb::task_group group;

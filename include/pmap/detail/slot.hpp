@@ -73,6 +73,12 @@ struct alignas(64) Slot {
   // ---- read by error messages -------------------------------------------------------------
   alignas(64) OpDesc desc;
   char axes[64] = {};
+  /// Of a tree collective (desc.dtype "tree"): its leaf count and the signatures of its
+  /// first kDescribedLeaves leaves, depth first, so that E14 names the first leaf in which
+  /// two trees differ.
+  static constexpr int kDescribedLeaves = 16;
+  int leaf_count = 0;
+  std::uint64_t leaf_signatures[kDescribedLeaves] = {};
   void describe(const OpDesc& d, std::string_view axis_label) {
     desc = d;
     const std::size_t len = std::min(axis_label.size(), sizeof(axes) - 1);

@@ -1,11 +1,13 @@
 /// @file trees.hpp
-/// @brief Reductions over trees of operands (SPEC 10): a std::tuple (std::tie included),
-/// std::array or std::vector of operands, nested, reduced in ONE collective.
+/// @brief Collectives over trees of operands (SPEC 10): a std::tuple (std::tie included),
+/// std::array or std::vector of operands, nested, in ONE collective.
 ///
-/// The devices meet once for the whole tree. Small trees (up to kStagedBytes) are packed
-/// into one buffer, which takes the engine's staged path like a small tensor; larger trees
-/// publish a table of their leaves' buffers, which the peers read in place. Either way each
-/// leaf is reduced into its own result, as it would be alone.
+/// The devices meet once for the whole tree. Small trees (up to kStagedBytes), and every
+/// tree across processes, are packed into one buffer, which takes the engine's staged (or
+/// gathered) path like a small tensor; larger trees publish a table of their leaves'
+/// buffers, which the peers read in place. Either way each leaf's work (a reduction, a
+/// gather, a permutation: a leaf class of reductions.hpp or data_movement.hpp, chosen by
+/// the tree's operation) writes its own result, as it would alone.
 #pragma once
 
 #include <array>
@@ -20,6 +22,7 @@
 
 #include "pmap/context.hpp"
 #include "pmap/detail/buffers.hpp"
+#include "pmap/detail/data_movement.hpp"
 #include "pmap/detail/hash.hpp"
 #include "pmap/detail/reduce_kernels.hpp"
 #include "pmap/detail/reductions.hpp"
@@ -64,30 +67,18 @@ auto core_collective(const X& x, Fn&& fn) {
   return core_result<X>(plain, fn(core_as_tensor<X>(plain)));
 }
 
-/// Builds a child node in place (a std::tuple of nodes constructs each from one of these).
+/// The leaf of a reduction K over one operand: its operand and its result.
 template <OpKind K, class X>
-struct NodeInit {
-  Context& ctx;
-  const X& x;
-};
-
-/// A node of the tree being reduced: a leaf (its operand and result) or a container of
-/// nodes. Nodes stay where they are built: the peers read their buffers in place.
-template <OpKind K, class X, class = void>
-class TreeNode {
+class ReduceLeaf {
   using T = typename Operand<X>::T;
   using Acc = reduce_acc_t<K, T>;
 
  public:
-  TreeNode(Context& ctx, const X& x)
+  template <class Op>
+  ReduceLeaf(Context& ctx, const X& x, const Op&)
       : op_(x), result_(make_result<Acc, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {}
-  TreeNode(NodeInit<K, X> init) : TreeNode(init.ctx, init.x) {}
-  TreeNode(const TreeNode&) = delete;
-  TreeNode& operator=(const TreeNode&) = delete;
-
-  /// Calls fn(leaf) for every leaf, depth first.
-  template <class Fn>
-  void each(Fn&& fn) { fn(*this); }
+  ReduceLeaf(const ReduceLeaf&) = delete;
+  ReduceLeaf& operator=(const ReduceLeaf&) = delete;
 
   const void* input() const { return op_.data(); }
   std::size_t bytes() const { return static_cast<std::size_t>(op_.shape().size()) * sizeof(T); }
@@ -96,7 +87,7 @@ class TreeNode {
   }
   /// Reduces member k's copy of this leaf, input(k), over the n members into the result.
   template <class Input>
-  void reduce(int n, const Input& input) {
+  void work(int n, const Input& input) {
     reduce_block<K, Acc, T>(result_.data(), op_.shape().size(), n,
                             [&](int k) { return static_cast<const T*>(static_cast<const void*>(input(k))); });
   }
@@ -107,34 +98,72 @@ class TreeNode {
   Eigen::Tensor<Acc, Operand<X>::rank, Operand<X>::layout> result_;
 };
 
-/// A Core leaf (Matrix, Array, Map, expression): reduced as its storage seen as a tensor.
-template <OpKind K, class X>
-class TreeNode<K, X, std::enable_if_t<is_core_dense_v<X>>> {
+/// A tree's reduction K: the leaves are ReduceLeaf.
+template <OpKind K>
+struct ReduceTree {
+  template <class X>
+  using Leaf = ReduceLeaf<K, X>;
+};
+
+template <class Op, class X>
+using LeafOf = typename Op::template Leaf<X>;
+
+/// Builds a child node in place (a std::tuple of nodes constructs each from one of these).
+template <class Op, class X>
+struct NodeInit {
+  Context& ctx;
+  const X& x;
+  const Op& op;
+};
+
+/// A node of a tree in its collective: a leaf (the operation's Leaf: its operand and
+/// result) or a container of nodes. Nodes stay where they are built: the peers read their
+/// buffers in place.
+template <class Op, class X, class = void>
+class TreeNode {
+ public:
+  TreeNode(Context& ctx, const X& x, const Op& op) : leaf_(ctx, x, op) {}
+  TreeNode(NodeInit<Op, X> init) : TreeNode(init.ctx, init.x, init.op) {}
+  TreeNode(const TreeNode&) = delete;
+  TreeNode& operator=(const TreeNode&) = delete;
+
+  /// Calls fn(leaf) for every leaf, depth first.
+  template <class Fn>
+  void each(Fn&& fn) { fn(leaf_); }
+  auto take() { return leaf_.take(); }
+
+ private:
+  LeafOf<Op, X> leaf_;
+};
+
+/// A Core leaf (Matrix, Array, Map, expression): its storage seen as a tensor.
+template <class Op, class X>
+class TreeNode<Op, X, std::enable_if_t<is_core_dense_v<X>>> {
   using P = typename X::PlainObject;
   using View = decltype(core_as_tensor<X>(std::declval<const P&>()));
 
  public:
-  TreeNode(Context& ctx, const X& x) : plain_(x), inner_(ctx, core_as_tensor<X>(plain_)) {}
-  TreeNode(NodeInit<K, X> init) : TreeNode(init.ctx, init.x) {}
+  TreeNode(Context& ctx, const X& x, const Op& op) : plain_(x), inner_(ctx, core_as_tensor<X>(plain_), op) {}
+  TreeNode(NodeInit<Op, X> init) : TreeNode(init.ctx, init.x, init.op) {}
 
   template <class Fn>
-  void each(Fn&& fn) { fn(inner_); }
+  void each(Fn&& fn) { inner_.each(fn); }
   auto take() { return core_result<X>(plain_, inner_.take()); }
 
  private:
   std::conditional_t<is_core_plain_v<X>, const P&, P> plain_;  ///< evaluated unless plain
-  TreeNode<K, View> inner_;
+  TreeNode<Op, View> inner_;
 };
 
-template <OpKind K, class... Xs>
-class TreeNode<K, std::tuple<Xs...>> {
+template <class Op, class... Xs>
+class TreeNode<Op, std::tuple<Xs...>> {
   template <class Y>
-  using Child = TreeNode<K, std::remove_cvref_t<Y>>;
+  using Child = TreeNode<Op, std::remove_cvref_t<Y>>;
 
  public:
-  TreeNode(Context& ctx, const std::tuple<Xs...>& x)
-      : TreeNode(ctx, x, std::index_sequence_for<Xs...>{}) {}
-  TreeNode(NodeInit<K, std::tuple<Xs...>> init) : TreeNode(init.ctx, init.x) {}
+  TreeNode(Context& ctx, const std::tuple<Xs...>& x, const Op& op)
+      : TreeNode(ctx, x, op, std::index_sequence_for<Xs...>{}) {}
+  TreeNode(NodeInit<Op, std::tuple<Xs...>> init) : TreeNode(init.ctx, init.x, init.op) {}
 
   template <class Fn>
   void each(Fn&& fn) {
@@ -146,22 +175,22 @@ class TreeNode<K, std::tuple<Xs...>> {
 
  private:
   template <std::size_t... I>
-  TreeNode(Context& ctx, const std::tuple<Xs...>& x, std::index_sequence<I...>)
-      : children_(NodeInit<K, std::remove_cvref_t<Xs>>{ctx, std::get<I>(x)}...) {}
+  TreeNode(Context& ctx, const std::tuple<Xs...>& x, const Op& op, std::index_sequence<I...>)
+      : children_(NodeInit<Op, std::remove_cvref_t<Xs>>{ctx, std::get<I>(x), op}...) {}
   std::tuple<Child<Xs>...> children_;
 };
 
 /// std::array and std::vector: children on the heap, in order.
-template <OpKind K, class X>
-class TreeNode<K, X, std::enable_if_t<is_operand_tree_v<X> && requires { typename X::value_type; }>> {
-  using Child = TreeNode<K, std::remove_cvref_t<typename X::value_type>>;
+template <class Op, class X>
+class TreeNode<Op, X, std::enable_if_t<is_operand_tree_v<X> && requires { typename X::value_type; }>> {
+  using Child = TreeNode<Op, std::remove_cvref_t<typename X::value_type>>;
 
  public:
-  TreeNode(Context& ctx, const X& x) {
+  TreeNode(Context& ctx, const X& x, const Op& op) {
     children_.reserve(x.size());
-    for (const auto& elem : x) children_.push_back(std::make_unique<Child>(ctx, elem));
+    for (const auto& elem : x) children_.push_back(std::make_unique<Child>(ctx, elem, op));
   }
-  TreeNode(NodeInit<K, X> init) : TreeNode(init.ctx, init.x) {}
+  TreeNode(NodeInit<Op, X> init) : TreeNode(init.ctx, init.x, init.op) {}
 
   template <class Fn>
   void each(Fn&& fn) {
@@ -186,6 +215,23 @@ class TreeNode<K, X, std::enable_if_t<is_operand_tree_v<X> && requires { typenam
   }
   std::vector<std::unique_ptr<Child>> children_;
 };
+
+/// Whether a tree has an Eigen Core leaf (which the rank-changing collectives reject).
+template <class X>
+constexpr bool has_core_leaf() {
+  using U = std::remove_cvref_t<X>;
+  if constexpr (is_core_dense_v<U>) {
+    return true;
+  } else if constexpr (!is_operand_tree_v<U>) {
+    return false;
+  } else if constexpr (requires { typename U::value_type; }) {
+    return has_core_leaf<typename U::value_type>();
+  } else {
+    return []<class... Ys>(std::type_identity<std::tuple<Ys...>>) {
+      return (has_core_leaf<Ys>() || ...);
+    }(std::type_identity<U>{});
+  }
+}
 
 /// The same tree shape with fn(leaf) at every leaf, called depth first, left to right (the
 /// order every device calls its collectives in).
@@ -222,17 +268,21 @@ inline std::size_t packed_size(std::size_t bytes) {
 }
 
 /// A tree's collective: every leaf's signature and the leaf count in one, described to
-/// error messages as `tree[leaves]`; `packed` gets the bytes of the leaves packed together.
+/// error messages as `tree[leaves]` (and leaf by leaf in `slot`, this device's, for E14);
+/// `packed` gets the bytes of the leaves packed together.
 template <class Tree>
-Collective describe_tree(Tree& tree, const char* name, int& leaves, std::size_t& packed) {
+Collective describe_tree(Tree& tree, const char* name, Slot& slot, int& leaves, std::size_t& packed) {
   leaves = 0;
   packed = 0;
   std::uint64_t signature = kHashSeed;
   tree.each([&](auto& leaf) {
+    const std::uint64_t leaf_signature = leaf.signature();
+    if (leaves < Slot::kDescribedLeaves) slot.leaf_signatures[leaves] = leaf_signature;
     ++leaves;
     packed += packed_size(leaf.bytes());
-    signature = hash_mix(signature, leaf.signature());
+    signature = hash_mix(signature, leaf_signature);
   });
+  slot.leaf_count = leaves;
   Shape described;
   described.rank = 1;
   described.dims[0] = leaves;
@@ -243,7 +293,7 @@ Collective describe_tree(Tree& tree, const char* name, int& leaves, std::size_t&
 /// The packed path: every leaf copied into one buffer, which the engine stages (or gathers
 /// across processes) like one input; leaf j of member k is at the same offset of its copy.
 template <class Tree>
-void reduce_packed(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, std::size_t packed) {
+void meet_packed(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, std::size_t packed) {
   alignas(64) unsigned char local[kStagedBytes];
   std::vector<unsigned char> heap(packed <= kStagedBytes ? 0 : packed);
   unsigned char* buffer = packed <= kStagedBytes ? local : heap.data();
@@ -258,7 +308,7 @@ void reduce_packed(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, s
   rendezvous<unsigned char>(ctx, g, c, [&](Peers<unsigned char>& peers) {
     std::size_t offset = 0;
     tree.each([&](auto& leaf) {
-      leaf.reduce(n, [&](int k) { return peers.input(k) + offset; });
+      leaf.work(n, [&](int k) { return peers.input(k) + offset; });
       offset += packed_size(leaf.bytes());
     });
   });
@@ -266,7 +316,7 @@ void reduce_packed(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, s
 
 /// The in-place path: a table of the leaves' buffers, which the peers read directly.
 template <class Tree>
-void reduce_in_place(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, int leaves) {
+void meet_in_place(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, int leaves) {
   std::vector<const void*> table;
   table.reserve(static_cast<std::size_t>(leaves));
   tree.each([&](auto& leaf) { table.push_back(leaf.input()); });
@@ -277,27 +327,57 @@ void reduce_in_place(Context& ctx, const GroupInfo& g, Collective c, Tree& tree,
   rendezvous<const void*>(ctx, g, c, [&](Peers<const void*>& peers) {
     std::size_t j = 0;
     tree.each([&](auto& leaf) {
-      leaf.reduce(n, [&](int k) { return peers.input(k)[j]; });
+      leaf.work(n, [&](int k) { return peers.input(k)[j]; });
       ++j;
     });
   });
 }
 
-/// psum / pmean / pmax / pmin of a tree: one collective for every leaf, packed up to
+/// Tree `x`'s collective `op` over group g: one rendezvous for every leaf, packed up to
 /// kStagedBytes (and across processes), in place above.
+template <class Op, class X>
+auto tree_collective(Context& ctx, const X& x, const Op& op, const GroupInfo& g, const char* name) {
+  TreeNode<Op, std::remove_cvref_t<X>> tree(ctx, x, op);
+  int leaves = 0;
+  std::size_t packed = 0;
+  Member& me = Access::member(ctx);
+  const Collective c = describe_tree(tree, name, me.team->slot(me.index), leaves, packed);
+  if (packed <= kStagedBytes || me.team->distributed())
+    meet_packed(ctx, g, c, tree, packed);
+  else
+    meet_in_place(ctx, g, c, tree, leaves);
+  return tree.take();
+}
+
+/// psum / pmean / pmax / pmin of a tree.
 template <OpKind K, class X>
 auto reduce_tree(Context& ctx, const X& x, const AxisNames& axes, const Groups& groups,
                  const char* name) {
-  TreeNode<K, std::remove_cvref_t<X>> tree(ctx, x);
   const GroupInfo& g = Access::group(ctx, axes, groups, false, name);
-  int leaves = 0;
-  std::size_t packed = 0;
-  const Collective c = describe_tree(tree, name, leaves, packed);
-  if (packed <= kStagedBytes || Access::member(ctx).team->distributed())
-    reduce_packed(ctx, g, c, tree, packed);
-  else
-    reduce_in_place(ctx, g, c, tree, leaves);
-  return tree.take();
+  return tree_collective(ctx, x, ReduceTree<K>{}, g, name);
+}
+
+/// all_gather of a tree.
+template <bool Tiled, class X>
+auto all_gather_tree(Context& ctx, const X& x, const AxisNames& axes, int axis, const Groups& groups) {
+  const GroupInfo& g = Access::group(ctx, axes, groups, true, "all_gather");
+  return tree_collective(ctx, x, AllGatherOp<Tiled>{&g, axis}, g, "all_gather");
+}
+
+/// all_to_all of a tree.
+template <bool Tiled, class X>
+auto all_to_all_tree(Context& ctx, const X& x, const AxisNames& axes, int split_axis, int concat_axis,
+                     const Groups& groups) {
+  const GroupInfo& g = Access::group(ctx, axes, groups, true, "all_to_all");
+  return tree_collective(ctx, x, AllToAllOp<Tiled>{&g, split_axis, concat_axis}, g, "all_to_all");
+}
+
+/// ppermute / pshuffle / pbroadcast of a tree: `op` from the permute_op of each.
+template <class X>
+auto permute_tree(Context& ctx, const X& x, const PermuteOp& op) {
+  GroupInfo signed_group = *op.g;
+  signed_group.signature ^= op.perm_hash;
+  return tree_collective(ctx, x, op, signed_group, op.name);
 }
 
 }  // namespace pmap::detail
