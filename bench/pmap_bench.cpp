@@ -21,12 +21,14 @@
 //   batched_solve     B dense n x n systems (double), one PartialPivLU each, split over a mesh
 //                     of all devices, f.into(x, A, r): B = 1024 (even blocks) and 1001
 //                     (uneven) at n = 32, 1001 at n = 8; vs an OpenMP static parallel for over
-//                     the systems (the same per-system code), in systems/s
+//                     the systems (the same per-system code), in systems/s; pmap's threads
+//                     bound one per CPU (bind_threads) as the OpenMP team's are
 //   mlp_step          one data-parallel SGD step of a 64-256-1 MLP (ReLU, MSE loss, float) on
 //                     a 4096-row batch split over all devices: each block's gradient, one
 //                     pmean of the flat gradient, the update returned replicated; vs the same
 //                     step in one OpenMP region (per-thread gradients, a barrier, a parallel
-//                     average and update; the same per-block code), in steps/s
+//                     average and update; the same per-block code), in steps/s; threads
+//                     bound as in batched_solve
 //   psum_latency      8 KiB psum on 2 devices: what it costs beyond a hand-written 2-barrier
 //                     psum, in spin barriers; vs a spin barrier, an OpenMP barrier and that
 //                     psum; and a 4-byte psum (synchronisation alone)
@@ -213,6 +215,13 @@ void add_omp(Case& c, std::string name, int threads, std::function<void(std::int
              double ops = 1, double work = 0) {
   c.add_scoped(std::move(name), std::move(run), ops, work,
                [threads] { return pr::OmpBinding(threads); });
+}
+
+/// Adds a pmap implementation of an application row, placed as add_omp places OpenMP: the
+/// caller on the first CPU (its runtime made with bind_threads: worker k on the k-th).
+void add_bound(Case& c, std::string name, std::function<void(std::int64_t)> run, double ops = 1,
+               double work = 0) {
+  c.add_scoped(std::move(name), std::move(run), ops, work, [] { return pr::CallerBinding(); });
 }
 
 /// A [rows, cols] tensor filled with `value`, first touched by `threads` OpenMP threads.
@@ -449,7 +458,7 @@ void omp_solve(int threads, const TensorD3& a, const TensorD2& r, TensorD2& x) {
 void batched_solve(Env& env) {
   const int d = env.devices;
   const int t = env.threads_for(d);
-  pmap::Runtime rt({.num_devices = d, .num_threads = t});
+  pmap::Runtime rt({.num_devices = d, .num_threads = t, .bind_threads = true});
   const pmap::Mesh mesh({{"x", d}}, &rt);
   // Each device solves the systems of its block (a [rows, n, n], r [rows, n]: zero-copy
   // views) with one factorisation, into the [rows, n] block it returns.
@@ -485,7 +494,7 @@ void batched_solve(Env& env) {
                              devices_threads(d, t);
     const auto systems = static_cast<double>(batch);
     Case cs("batched solve, " + size);
-    cs.add("shard_map", repeat([&] { f.into(x, a, r); }), 1, systems);
+    add_bound(cs, "shard_map", repeat([&] { f.into(x, a, r); }), 1, systems);
     add_omp(cs, "omp", t, repeat([&] { omp_solve(t, a, r, x_omp); }), 1, systems);
     cs.measure(env.settings);
     env.report->add(pr::compare(cs, "batched_solve", size, "shard_map", "omp", Case::kRate,
@@ -527,7 +536,7 @@ void omp_mlp_step(int threads, const Tensor1& theta, const Tensor2& x, const Ten
 void mlp_step(Env& env) {
   const int d = env.devices;
   const int t = env.threads_for(d);
-  pmap::Runtime rt({.num_devices = d, .num_threads = t});
+  pmap::Runtime rt({.num_devices = d, .num_threads = t, .bind_threads = true});
   const pmap::Mesh mesh({{"x", d}}, &rt);
   Tensor1 theta(pr::kMlpParams), next(pr::kMlpParams), next_omp(pr::kMlpParams);
   Tensor2 x(kMlpBatch, pr::kMlpIn), y(kMlpBatch, 1);
@@ -564,7 +573,7 @@ void mlp_step(Env& env) {
   const std::string size =
       pr::format("batch %ld, ", static_cast<long>(kMlpBatch)) + devices_threads(d, t);
   Case cs("mlp step, " + size);
-  cs.add("shard_map", repeat([&] { f.into(next, theta, x, y); }), 1, 1);
+  add_bound(cs, "shard_map", repeat([&] { f.into(next, theta, x, y); }), 1, 1);
   add_omp(cs, "omp", t, repeat([&] { omp_mlp_step(t, theta, x, y, next_omp, slots, omp_work); }), 1,
           1);
   cs.measure(env.settings);

@@ -1,10 +1,13 @@
 #include "pmap/detail/pool.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <memory>
 
 namespace pmap::detail {
 
-Pool::Pool(int threads)
+Pool::Pool(int threads, bool bind)
     : threads_(threads),
       parallelism_(threads > static_cast<int>(tbb::global_control::active_value(
                                  tbb::global_control::max_allowed_parallelism))
@@ -14,6 +17,34 @@ Pool::Pool(int threads)
                        : nullptr),
       arena_(threads, 1) {
   arena_.initialize();
+#if !PMAP_DEVICE_THREADS
+  if (bind && threads > 1) binder_ = std::make_unique<ThreadBinder>(arena_);
+#else
+  (void)bind;  // devices run on threads of their own, which the OS places
+#endif
+}
+
+ThreadBinder::ThreadBinder(tbb::task_arena& arena) : tbb::task_scheduler_observer(arena) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mask)) cpus_.push_back(c);
+  if (cpus_.size() > 1) observe(true);  // one CPU: nothing to choose
+}
+
+ThreadBinder::~ThreadBinder() { observe(false); }
+
+void ThreadBinder::on_scheduler_entry(bool is_worker) {
+  const int slot = tbb::this_task_arena::current_thread_index();
+  if (!is_worker || slot <= 0) return;
+  const int cpu = cpus_[static_cast<std::size_t>(slot) % cpus_.size()];
+  thread_local int bound = -1;  // a worker re-enters the arena at every dispatch
+  if (cpu == bound) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0) bound = cpu;
 }
 
 }  // namespace pmap::detail

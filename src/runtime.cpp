@@ -32,6 +32,16 @@ int from_env(const char* name, int fallback) {
   return static_cast<int>(parsed);
 }
 
+/// A 0/1 switch from the environment (unset or empty: false).
+bool flag_from_env(const char* name) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return false;
+  const std::string v(value);
+  if (v != "0" && v != "1")
+    detail::raise_value_error(fmt::format("{} must be 0 or 1, got '{}'", name, value));
+  return v == "1";
+}
+
 }  // namespace
 
 std::string Device::to_string() const { return fmt::format("cpu:{}", id); }
@@ -48,8 +58,9 @@ Runtime::Runtime(RuntimeConfig config) {
   const int num_threads = config.num_threads > 0
                               ? config.num_threads
                               : from_env("PMAP_NUM_THREADS", std::min(num_devices, hw));
+  const bool bind = config.bind_threads || flag_from_env("PMAP_BIND_THREADS");
   local_device_count_ = num_devices;
-  pool_ = std::make_unique<detail::Pool>(num_threads);
+  pool_ = std::make_unique<detail::Pool>(num_threads, bind);
   span_processes();
   (void)logger();  // the logger exists before the first dispatch looks at it
 }

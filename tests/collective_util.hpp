@@ -27,6 +27,16 @@ using namespace pmap_test;  // NOLINT(google-build-using-namespace): the shared 
 template <class T, int R, int L = RowMajor>
 using Tensor = Eigen::Tensor<T, R, L>;
 
+using F1 = Tensor<float, 1>;
+using F2 = Tensor<float, 2>;
+using F3 = Tensor<float, 3>;
+using Perm = std::vector<std::pair<int, int>>;
+
+/// The runtime shapes of the collective suites: 1, 2, 4, 8 devices on 1 and 2 threads.
+inline std::vector<RtConfig> collective_configs() {
+  return {{1, 1}, {2, 1}, {2, 2}, {4, 1}, {4, 2}, {8, 1}, {8, 2}};
+}
+
 // ---- options and permutations ------------------------------------------------------------
 
 /// Options running on rt with its axis named `axis` (pmap_test::on names the call instead).
@@ -139,6 +149,24 @@ Tensor<T, R, L> all_to_all_tiled_ref(const std::vector<Tensor<T, R, L>>& parts,
   std::vector<Tensor<T, R, L>> chunks;
   for (int m : members) chunks.push_back(chunk(parts[static_cast<std::size_t>(m)], s, pos, g));
   return concat(chunks, c);
+}
+
+/// Elementwise combination of every part of a stacked tensor (max, min).
+template <class T, int R, int L, class Op>
+Tensor<T, R - 1, L> reduce_parts(const Tensor<T, R, L>& x, const std::vector<int>& members, Op op) {
+  Tensor<T, R - 1, L> r = part(x, members.at(0));
+  for (std::size_t m = 1; m < members.size(); ++m) {
+    Tensor<T, R - 1, L> p = part(x, members[m]);
+    for (Index k = 0; k < r.size(); ++k) r.data()[k] = op(r.data()[k], p.data()[k]);
+  }
+  return r;
+}
+
+/// The permutation n-1, ..., 0 (pshuffle reversing the devices).
+inline std::vector<int> reverse_perm(int n) {
+  std::vector<int> perm;
+  for (int i = n - 1; i >= 0; --i) perm.push_back(i);
+  return perm;
 }
 
 /// The parts of a stacked tensor: what each device holds.

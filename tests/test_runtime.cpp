@@ -1,6 +1,9 @@
 /// @file test_runtime.cpp
 /// @brief Runtime, RuntimeConfig, Device and the global shorthands (SPEC 2, 4).
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -11,6 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include <oneapi/tbb/task_arena.h>
+
+#include "pmap/detail/pool.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -79,6 +85,7 @@ TEST(RuntimeConfig, DefaultsAreZero) {
   pmap::RuntimeConfig c;
   EXPECT_EQ(c.num_devices, 0);
   EXPECT_EQ(c.num_threads, 0);
+  EXPECT_FALSE(c.bind_threads);
 }
 
 // ---- explicit configurations -------------------------------------------------------------
@@ -270,6 +277,77 @@ TEST(Runtime, SeveralRuntimesFromConcurrentHostThreads) {
   ta.join();
   tb.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// ---- binding threads to CPUs -------------------------------------------------------------
+
+std::vector<int> affinity_of_this_thread() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  pthread_getaffinity_np(pthread_self(), sizeof mask, &mask);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  return cpus;
+}
+
+/// The worker in arena slot k runs bound to the k-th CPU of the process's mask; the calling
+/// thread (slot 0) keeps its own mask; results are unchanged. `rt`: 8 devices, 2 threads.
+void expect_bound_workers(pmap::Runtime& rt, const std::vector<int>& cpus) {
+  constexpr int kDevices = 8;
+  struct Seen {
+    int slot = -1;
+    std::vector<int> mask;
+  };
+  std::vector<std::vector<Seen>> seen(kDevices);  // each device appends to its own
+  auto f = pmap::pmap(
+      [&seen](pmap::Context& ctx, auto x) {
+        const auto i = static_cast<std::size_t>(ctx.axis_index());
+        seen[i].push_back({tbb::this_task_arena::current_thread_index(), affinity_of_this_thread()});
+        return pmap::eval(ctx.psum(x) * 2.f);
+      },
+      on(rt));
+  Eigen::Tensor<float, 2, RowMajor> x(kDevices, 3);
+  fill_values(x, 1);
+  Eigen::Tensor<float, 2, RowMajor> expected(kDevices, 3);
+  for (Index c = 0; c < 3; ++c) {
+    float sum = 0.f;
+    for (Index d = 0; d < kDevices; ++d) sum += x(d, c);
+    for (Index d = 0; d < kDevices; ++d) expected(d, c) = 2.f * sum;
+  }
+  for (int call = 0; call < 50; ++call) EXPECT_TRUE(tensors_equal(f(x), expected));
+  int on_workers = 0;
+  for (const auto& device : seen)
+    for (const Seen& s : device) {
+      if (s.slot <= 0) {
+        EXPECT_EQ(s.mask, cpus) << "the calling thread's mask changed";
+      } else {
+        ++on_workers;
+        EXPECT_EQ(s.mask, std::vector<int>{cpus[static_cast<std::size_t>(s.slot) % cpus.size()]})
+            << "worker in slot " << s.slot;
+      }
+    }
+  EXPECT_GT(on_workers, 0) << "no device ran on the worker in 50 calls of 8 devices";
+  EXPECT_EQ(affinity_of_this_thread(), cpus);
+}
+
+TEST(Runtime, BindThreadsBindsWorkerKToTheKthCpuAndLeavesTheCaller) {
+  const std::vector<int> cpus = affinity_of_this_thread();
+  if (cpus.size() < 2 || PMAP_DEVICE_THREADS) GTEST_SKIP() << "needs 2 CPUs and oneTBB workers";
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2, .bind_threads = true});
+  expect_bound_workers(rt, cpus);
+}
+
+TEST(Runtime, BindThreadsFromTheEnvironment) {
+  {
+    EnvGuard bad("PMAP_BIND_THREADS", "yes");
+    EXPECT_THROW(pmap::Runtime({.num_devices = 2, .num_threads = 2}), pmap::ValueError);
+  }
+  const std::vector<int> cpus = affinity_of_this_thread();
+  if (cpus.size() < 2 || PMAP_DEVICE_THREADS) GTEST_SKIP() << "needs 2 CPUs and oneTBB workers";
+  EnvGuard bind("PMAP_BIND_THREADS", "1");
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  expect_bound_workers(rt, cpus);
 }
 
 TEST(Runtime, NegativeCountsAreValueErrors) {

@@ -214,7 +214,7 @@ TEST_P(Trees, DataMoverTreesAreOneCollective) {
   if (n() < 2) GTEST_SKIP() << "needs 2 devices";
   Tensor<float, 2> a(n(), 4);
   fill_values(a, 1);
-  for (const char* op : {"ppermute", "all_gather", "pbroadcast", "all_to_all"}) {
+  for (const char* op : {"ppermute", "all_gather", "pbroadcast", "all_to_all", "psum_scatter"}) {
     auto f = pmap::pmap(
         [op](pmap::Context& ctx, View<float, 1, RowMajor> x) {
           const int n = ctx.axis_size("i");
@@ -226,6 +226,8 @@ TEST_P(Trees, DataMoverTreesAreOneCollective) {
           if (name == "all_gather") return ctx.all_gather(tree, "i").size();
           if (name == "pbroadcast") return ctx.pbroadcast(tree, "i", 0).size();
           std::vector<Tensor<float, 1>> blocks(tree.size(), Tensor<float, 1>(n));
+          blocks[0].setConstant(1.f);
+          if (name == "psum_scatter") return ctx.psum_scatter(blocks, "i").size();
           return ctx.all_to_all(blocks, "i", 0, 0).size();
         },
         named_axis());
@@ -261,6 +263,77 @@ TEST_P(Trees, LargeDataMoverTreesWithCoreLeaves) {
       },
       named_axis());
   const Tensor<bool, 1> ok = f(a, b);
+  for (int i = 0; i < n(); ++i) EXPECT_TRUE(ok(i)) << "device " << i;
+}
+
+/// psum_scatter over a tree, packed and in place, tiled and not, equals its leaves.
+TEST_P(Trees, ScatterSumTreesEqualTheirLeaves) {
+  for (const Index len : {Index{3}, Index{1500}}) {  // 1500 * n floats a leaf: in place
+    Tensor<float, 2> a(n(), n() * len);
+    Tensor<std::int32_t, 2> b(n(), n());
+    fill_values(a, 1);
+    fill_values(b, 2);
+    auto f = pmap::pmap(
+        [len](pmap::Context& ctx, View<float, 1, RowMajor> x, View<std::int32_t, 1, RowMajor> y) {
+          const int n = ctx.axis_size("i");
+          auto eq = [](const auto& u, const auto& v) { return bool(tensors_equal(u, v)); };
+          const Tensor<float, 2> x2 = x.reshape(std::array<Index, 2>{n, len});
+          auto [s0, s1] = ctx.psum_scatter(std::make_tuple(x2, y), "i");
+          auto [t0, t1] = ctx.psum_scatter(std::tie(x, y), "i", 0, pmap::tiled);
+          auto u = ctx.psum_scatter(std::vector<Tensor<float, 2>>{x2, x2}, "i", 0, pmap::tiled);
+          return eq(s0, ctx.psum_scatter(x2, "i")) && eq(s1, ctx.psum_scatter(y, "i")) &&
+                 eq(t0, ctx.psum_scatter(x, "i", 0, pmap::tiled)) &&
+                 eq(t1, ctx.psum_scatter(y, "i", 0, pmap::tiled)) && u.size() == 2 &&
+                 eq(u[1], ctx.psum_scatter(x2, "i", 0, pmap::tiled));
+        },
+        named_axis());
+    const Tensor<bool, 1> ok = f(a, b);
+    for (int i = 0; i < n(); ++i) EXPECT_TRUE(ok(i)) << "device " << i << ", " << len;
+  }
+}
+
+/// A tree passed as an rvalue donates its owned tensors, leaf by leaf: they are left empty
+/// and their storage serves this device's next results; leaves held by lvalue reference
+/// are read as usual. Results equal the leafwise collectives either way.
+TEST_P(Trees, RvalueTreesDonateTheirTensors) {
+  constexpr Index kLen = 20000;  // 80 KiB a leaf: large enough to be kept as a spare
+  Tensor<float, 2> a(n(), kLen);
+  fill_values(a, 1);
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, View<float, 1, RowMajor> x) {
+        const int n = ctx.axis_size("i");
+        auto eq = [](const auto& u, const auto& v) { return bool(tensors_equal(u, v)); };
+        std::vector<std::pair<int, int>> shift;
+        for (int k = 0; k < n; ++k) shift.emplace_back(k, (k + 1) % n);
+        const Tensor<float, 1> expected = ctx.psum(x, "i");
+        Tensor<float, 1> w = x;
+        Tensor<float, 1> b = x;
+        const float* w_storage = w.data();
+        const float* b_storage = b.data();
+        auto grads = std::make_tuple(std::move(w), std::move(b));  // the tuple owns them now
+        auto [sw, sb] = ctx.psum(std::move(grads), "i");
+        bool ok = eq(sw, expected) && eq(sb, expected) && std::get<0>(grads).size() == 0 &&
+                  std::get<1>(grads).size() == 0;
+        // The donated storage is this device's next two results of that size.
+        auto next = ctx.psum(x, "i");
+        auto after = ctx.pmax(x, "i");
+        ok = ok && eq(next, expected) && ((next.data() == b_storage && after.data() == w_storage) ||
+                                          (next.data() == w_storage && after.data() == b_storage));
+        // A reference to an rvalue is donated too, an lvalue reference is not.
+        Tensor<float, 1> kept = x;
+        Tensor<float, 1> given = x;
+        auto [pk, pg] = ctx.ppermute(std::forward_as_tuple(kept, std::move(given)), "i", shift);
+        ok = ok && kept.size() == kLen && given.size() == 0 && eq(pk, ctx.ppermute(x, "i", shift)) &&
+             eq(pg, pk);
+        // Vectors, means and all_to_all.
+        std::vector<Tensor<float, 1>> vec{Tensor<float, 1>(x), Tensor<float, 1>(x)};
+        auto means = ctx.pmean(std::move(vec), "i");
+        ok = ok && vec[0].size() == 0 && vec[1].size() == 0 && eq(means[1], ctx.pmean(x, "i"));
+        auto [moved] = ctx.all_to_all(std::make_tuple(Tensor<float, 1>(x)), "i", 0, 0, pmap::tiled);
+        return ok && eq(moved, ctx.all_to_all(x, "i", 0, 0, pmap::tiled));
+      },
+      named_axis());
+  const Tensor<bool, 1> ok = f(a);
   for (int i = 0; i < n(); ++i) EXPECT_TRUE(ok(i)) << "device " << i;
 }
 

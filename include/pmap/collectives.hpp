@@ -142,7 +142,10 @@ template <class X>
 auto Context::psum_scatter(const X& x, AxisNames axes, int scatter_dimension,
                            const Groups& groups) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return psum_scatter(leaf, axes, scatter_dimension, groups); });
+    static_assert(!detail::has_core_leaf<X>(),
+                  "pmap: psum_scatter changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                  "wrap the data in an Eigen::TensorMap");
+    return detail::scatter_sum_tree<false>(*this, x, axes, scatter_dimension, groups);
   } else {
     static_assert(!detail::is_core_dense_v<X>,
                   "pmap: psum_scatter changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
@@ -156,7 +159,10 @@ template <class X>
 auto Context::psum_scatter(const X& x, AxisNames axes, int scatter_dimension, tiled_t,
                            const Groups& groups) {
   if constexpr (detail::is_operand_tree_v<X>) {
-    return detail::map_tree(x, [&](const auto& leaf) { return psum_scatter(leaf, axes, scatter_dimension, tiled, groups); });
+    static_assert(!detail::has_core_leaf<X>(),
+                  "pmap: psum_scatter changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                  "wrap the data in an Eigen::TensorMap");
+    return detail::scatter_sum_tree<true>(*this, x, axes, scatter_dimension, groups);
   } else {
     static_assert(!detail::is_core_dense_v<X>,
                   "pmap: psum_scatter changes the rank of its operand, which an Eigen Matrix / Array cannot hold: "
@@ -264,6 +270,59 @@ template <class T, int R, int L>
 Eigen::Tensor<T, R, L> Context::pbroadcast(Eigen::Tensor<T, R, L>&& x, AxisNames axes,
                                            int source) {
   return detail::pbroadcast<Eigen::Tensor<T, R, L>>(*this, std::move(x), axes, source);
+}
+
+// Donated trees: the same collectives, with the tree forwarded to its leaves.
+template <detail::DonatedTree X>
+auto Context::psum(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::reduce_tree<detail::OpKind::psum>(*this, std::forward<X>(x), axes, groups, "psum");
+}
+
+template <detail::DonatedTree X>
+auto Context::pmean(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::reduce_tree<detail::OpKind::pmean>(*this, std::forward<X>(x), axes, groups, "pmean");
+}
+
+template <detail::DonatedTree X>
+auto Context::pmax(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::reduce_tree<detail::OpKind::pmax>(*this, std::forward<X>(x), axes, groups, "pmax");
+}
+
+template <detail::DonatedTree X>
+auto Context::pmin(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::reduce_tree<detail::OpKind::pmin>(*this, std::forward<X>(x), axes, groups, "pmin");
+}
+
+template <detail::DonatedTree X>
+auto Context::all_to_all(X&& x, AxisNames axes, int split_axis, int concat_axis, const Groups& groups) {
+  static_assert(!detail::has_core_leaf<X>(),
+                "pmap: all_to_all changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                "wrap the data in an Eigen::TensorMap");
+  return detail::all_to_all_tree<false>(*this, std::forward<X>(x), axes, split_axis, concat_axis, groups);
+}
+
+template <detail::DonatedTree X>
+auto Context::all_to_all(X&& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
+                         const Groups& groups) {
+  static_assert(!detail::has_core_leaf<X>(),
+                "pmap: all_to_all changes the rank of its operands, which an Eigen Matrix / Array leaf cannot hold: "
+                "wrap the data in an Eigen::TensorMap");
+  return detail::all_to_all_tree<true>(*this, std::forward<X>(x), axes, split_axis, concat_axis, groups);
+}
+
+template <detail::DonatedTree X>
+auto Context::ppermute(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
+  return detail::permute_tree(*this, std::forward<X>(x), detail::ppermute_op(*this, axes, perm));
+}
+
+template <detail::DonatedTree X>
+auto Context::pshuffle(X&& x, AxisNames axes, const std::vector<int>& perm) {
+  return detail::permute_tree(*this, std::forward<X>(x), detail::pshuffle_op(*this, axes, perm));
+}
+
+template <detail::DonatedTree X>
+auto Context::pbroadcast(X&& x, AxisNames axes, int source) {
+  return detail::permute_tree(*this, std::forward<X>(x), detail::pbroadcast_op(*this, axes, source));
 }
 
 }  // namespace pmap

@@ -2,9 +2,11 @@
 /// @brief pmap::Context: what a kernel knows about its device, and the collectives.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <tuple>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -27,6 +29,22 @@ template <class T>
 using psum_acc = std::conditional_t<std::is_same_v<T, bool>, std::int32_t, T>;
 template <class T>
 using pmean_acc = std::conditional_t<std::is_integral_v<T>, double, T>;
+
+/// Whether X is a tree of collective operands (SPEC 10) rather than one operand.
+template <class X>
+struct is_operand_tree : std::false_type {};
+template <class... Xs>
+struct is_operand_tree<std::tuple<Xs...>> : std::true_type {};
+template <class X, std::size_t N>
+struct is_operand_tree<std::array<X, N>> : std::true_type {};
+template <class X, class A>
+struct is_operand_tree<std::vector<X, A>> : std::true_type {};
+template <class X>
+inline constexpr bool is_operand_tree_v = is_operand_tree<std::remove_cvref_t<X>>::value;
+/// A tree passed as an rvalue (X deduced from a forwarding reference): its Eigen::Tensor
+/// leaves held by value or by rvalue reference are donated, leaf by leaf.
+template <class X>
+concept DonatedTree = is_operand_tree_v<X> && !std::is_lvalue_reference_v<X>;
 }  // namespace detail
 
 /// @brief A device's view of the call it runs in: its device, its position on every bound
@@ -41,6 +59,9 @@ using pmean_acc = std::conditional_t<std::is_integral_v<T>, double, T>;
 /// @code
 ///   auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return pmap::eval(x / ctx.psum(x, "i")); },
 ///                       {.axis_name = "i"});
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> xs(pmap::device_count(), 16);
+///   xs.setRandom();
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> ys = f(xs);   // each column divided by its sum
 /// @endcode
 ///
 /// Thread safety: a Context belongs to one device; use it only from that device's kernel.
@@ -96,6 +117,30 @@ class Context {
                                   const std::vector<int>& perm);
   template <class T, int R, int L>
   Eigen::Tensor<T, R, L> pbroadcast(Eigen::Tensor<T, R, L>&& x, AxisNames axes, int source);
+  /// @brief The same collectives of a tree passed as an rvalue (`ctx.pmean(std::move(grads))`,
+  /// `std::make_tuple(std::move(w), std::move(b))`, `std::forward_as_tuple(std::move(w))`):
+  /// every Eigen::Tensor leaf it holds by value or by rvalue reference is donated as above,
+  /// its storage kept for this device's next results (the leaves are left empty). Leaves it
+  /// holds by lvalue reference (`std::tie`) are read as usual. Same results otherwise.
+  template <detail::DonatedTree X>
+  auto psum(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <detail::DonatedTree X>
+  auto pmean(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <detail::DonatedTree X>
+  auto pmax(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <detail::DonatedTree X>
+  auto pmin(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <detail::DonatedTree X>
+  auto all_to_all(X&& x, AxisNames axes, int split_axis, int concat_axis, const Groups& groups = {});
+  template <detail::DonatedTree X>
+  auto all_to_all(X&& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
+                  const Groups& groups = {});
+  template <detail::DonatedTree X>
+  auto ppermute(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm);
+  template <detail::DonatedTree X>
+  auto pshuffle(X&& x, AxisNames axes, const std::vector<int>& perm);
+  template <detail::DonatedTree X>
+  auto pbroadcast(X&& x, AxisNames axes, int source);
   /// @brief Elementwise axis index of the maximum (smallest index on ties), int32.
   template <class X> auto pargmax(const X& x, AxisNames axes = {});
   /// @brief Elementwise axis index of the minimum (smallest index on ties), int32.
@@ -140,12 +185,15 @@ class Context {
   /// oldest is freed), and the mapped function frees them when it is destroyed.
   ///
   /// Example: a loop that gathers a large tensor per step without allocating:
+  /// <!-- example-context: kernel -->
   /// @code
-  ///   for (int step = 0; step < steps; ++step) {
-  ///     auto full = ctx.all_gather(shard, "i");
-  ///     use(full);
+  ///   float total = 0.f;
+  ///   for (int step = 0; step < 100; ++step) {
+  ///     auto full = ctx.all_gather(x, "i");   // x: this device's shard
+  ///     total += pmap::eval(full.sum())();
   ///     ctx.donate(std::move(full));
   ///   }
+  ///   return total;
   /// @endcode
   template <class T, int R, int L>
   void donate(Eigen::Tensor<T, R, L>&& t);

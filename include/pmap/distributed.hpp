@@ -7,10 +7,15 @@
 ///
 /// Example:
 /// @code
+///   #include <pmap/pmap.hpp>
+///
 ///   int main() {
 ///     pmap::distributed::initialize();
 ///     auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return pmap::eval(x + ctx.psum(x)); });
-///     ...  // each process passes its [local_device_count(), ...] slice
+///     // Each process passes its [local_device_count(), ...] slice.
+///     Eigen::Tensor<float, 2, Eigen::RowMajor> xs(pmap::local_device_count(), 16);
+///     xs.setRandom();
+///     Eigen::Tensor<float, 2, Eigen::RowMajor> ys = f(xs);
 ///     pmap::distributed::finalize();
 ///   }
 /// @endcode

@@ -10,6 +10,7 @@ namespace pmap {
 ///
 /// Return it from a kernel instead of an expression over a kernel-local tensor or a
 /// collective's result, which would dangle (SPEC 2.2).
+/// <!-- example-context: kernel -->
 /// @code
 ///   return pmap::eval(x + ctx.psum(x));
 /// @endcode

@@ -97,6 +97,10 @@ struct call_result<F, In> {
 ///
 /// Example:
 /// @code
+///   const int n = pmap::device_count();
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> xs(n, 16), ys(n, 16);   // one row per device
+///   xs.setRandom();
+///   ys.setRandom();
 ///   auto f = pmap::pmap([](auto x, auto y) { return x * 2.f + y; });
 ///   Eigen::Tensor<float, 2, Eigen::RowMajor> r = f(xs, ys);   // r.chip(i, 0) == f(xs[i], ys[i])
 /// @endcode

@@ -19,7 +19,7 @@ namespace pmap {
 /// Example: 8 devices as 2 (data) x 4 (model):
 /// @code
 ///   pmap::Mesh mesh({{"data", 2}, {"model", 4}});
-///   mesh.devices()[5];   // the device at data 1, model 1
+///   std::string name = mesh.devices()[5].to_string();   // the device at data 1, model 1
 /// @endcode
 class Mesh {
  public:
@@ -73,7 +73,7 @@ inline std::vector<std::string> spec_entry(std::vector<std::string> names) { ret
 ///
 /// Example: rows split over "data", columns over "model" then "x":
 /// @code
-///   pmap::P("data", std::vector<std::string>{"model", "x"})
+///   pmap::PartitionSpec spec = pmap::P("data", std::vector<std::string>{"model", "x"});
 /// @endcode
 template <class... E>
 PartitionSpec P(E&&... entries) {

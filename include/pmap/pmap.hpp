@@ -5,6 +5,9 @@
 ///   #include <pmap/pmap.hpp>
 ///   auto f = pmap::pmap([](pmap::Context& ctx, auto x) { return pmap::eval(x / ctx.psum(x, "i")); },
 ///                       {.axis_name = "i"});
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> xs(pmap::device_count(), 16);
+///   xs.setRandom();
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> ys = f(xs);   // each column divided by its sum
 /// @endcode
 #pragma once
 

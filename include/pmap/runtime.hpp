@@ -22,6 +22,13 @@ struct Device {
 struct RuntimeConfig {
   int num_devices = 0;  ///< 0: $PMAP_NUM_DEVICES, else std::thread::hardware_concurrency()
   int num_threads = 0;  ///< 0: $PMAP_NUM_THREADS, else min(num_devices, hardware threads)
+  /// Bind worker thread k of the arena (k = 1 .. num_threads - 1; the calling thread takes
+  /// slot 0) to the k-th CPU of the process's affinity mask, as OMP_PROC_BIND=close binds
+  /// OpenMP's threads, so that the OS never stacks two of them on one CPU while another
+  /// idles. false: $PMAP_BIND_THREADS=1 turns it on. The calling thread is left as it is
+  /// (bind it to the first CPU yourself for the same effect). For machines dedicated to the
+  /// job: a bound worker stays bound when it later serves another arena.
+  bool bind_threads = false;
 };
 
 namespace detail {
@@ -40,6 +47,9 @@ void initialize();
 /// @code
 ///   pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
 ///   auto f = pmap::pmap([](auto x) { return x * 2.f; }, {.runtime = &rt});
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> xs(8, 1024);
+///   xs.setRandom();
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> ys = f(xs);   // 8 devices on 2 threads
 /// @endcode
 ///
 /// Thread safety: all members are const and safe to call from any thread; several

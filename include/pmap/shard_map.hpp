@@ -222,9 +222,11 @@ class ShardMapped {
 /// Example: a batch of 1001 rows on every device of a 2-device mesh:
 /// @code
 ///   pmap::Mesh mesh({{"batch", 2}});
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> xs(1001, 8);
+///   xs.setRandom();
 ///   auto f = pmap::shard_map([](auto x) { return pmap::eval(x * 2.f); }, mesh,
 ///                            {pmap::P("batch")}, {pmap::P("batch")});
-///   Eigen::Tensor<float, 2, Eigen::RowMajor> y = f(x);   // x: [1001, 8]; blocks of 501, 500
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> y = f(xs);   // blocks of 501 and 500 rows
 /// @endcode
 template <class F>
 auto shard_map(F&& kernel, const Mesh& mesh, std::vector<PartitionSpec> in_specs,

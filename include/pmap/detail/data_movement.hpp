@@ -28,13 +28,6 @@ void check_source(int source, const GroupInfo& g);
 // peers' inputs, take() after. The collective of one operand meets its peers with it
 // (meet_one), a tree meets them once for all its leaves (trees.hpp).
 
-/// Runs one leaf's collective: one rendezvous over g, its work over the peers' inputs.
-template <class T, class Leaf>
-void meet_one(Context& ctx, const GroupInfo& g, const Collective& c, Leaf& leaf) {
-  const int n = static_cast<int>(g.members.size());
-  rendezvous<T>(ctx, g, c, [&](Peers<T>& peers) { leaf.work(n, [&](int k) { return peers.input(k); }); });
-}
-
 template <bool Tiled, class X>
 class AllGatherLeaf;
 template <bool Tiled, class X>
@@ -54,15 +47,16 @@ struct AllGatherOp {
 /// all_gather: member k's input becomes block k of every member's result, along `axis`:
 /// a new axis of extent n (untiled), or the input's own axis, n times longer (tiled).
 template <bool Tiled, class X>
-class AllGatherLeaf {
+class AllGatherLeaf : public Described {
   using T = typename Operand<X>::T;
   static constexpr int R = Operand<X>::rank;
   static constexpr int RO = Tiled ? R : R + 1;
   static constexpr int L = !Tiled && Operand<X>::is_scalar ? Eigen::RowMajor : Operand<X>::layout;
 
  public:
-  AllGatherLeaf(Context& ctx, const X& x, const AllGatherOp<Tiled>& op)
-      : op_(x), a_(canonical_axis(op.axis, RO)) {
+  template <class Source>
+  AllGatherLeaf(Context& ctx, Source&& x, const AllGatherOp<Tiled>& op)
+      : op_(std::forward<Source>(x)), a_(canonical_axis(op.axis, RO)) {
     const int n = static_cast<int>(op.g->members.size());
     // Untiled: a new axis of extent 1 at `a`, then concatenated.
     const Shape block = Tiled ? op_.shape() : insert_axis(op_.shape(), a_, 1);
@@ -71,17 +65,10 @@ class AllGatherLeaf {
     result_ = make_result<T, RO, L>(ctx, out_shape);
     split_ = split_around(block, a_, L);
     stream_ = streams_into(result_);
+    described_ = detail::describe<T>("all_gather", OpKind::all_gather, op_.shape(), {a_, Tiled}, op_.data(),
+                                     result_.data());
   }
-  AllGatherLeaf(const AllGatherLeaf&) = delete;
-  AllGatherLeaf& operator=(const AllGatherLeaf&) = delete;
 
-  Collective describe() {
-    return detail::describe<T>("all_gather", OpKind::all_gather, op_.shape(), {a_, Tiled}, op_.data(),
-                               result_.data());
-  }
-  const void* input() const { return op_.data(); }
-  std::size_t bytes() { return describe().bytes; }
-  std::uint64_t signature() { return describe().signature; }
   template <class Input>
   void work(int n, const Input& input) {
     for (int k = 0; k < n; ++k)
@@ -117,7 +104,7 @@ struct AllToAllOp {
 /// all_to_all: member p receives block p (along split_axis) of every member's input and
 /// places member k's block at position k along concat_axis (plan_all_to_all).
 template <bool Tiled, class X>
-class AllToAllLeaf {
+class AllToAllLeaf : public Described {
   using T = typename Operand<X>::T;
   static constexpr int R = Operand<X>::rank;
   static constexpr int L = Operand<X>::layout;
@@ -134,17 +121,10 @@ class AllToAllLeaf {
     plan_ = plan_all_to_all(op_.shape(), sa_, ca_, Tiled, n, g.position, L);
     result_ = make_result<T, R, L>(ctx, plan_.result);
     stream_ = streams_into(result_);
+    described_ = detail::describe<T>("all_to_all", OpKind::all_to_all, op_.shape(), {sa_, ca_, Tiled},
+                                     op_.data(), result_.data());
   }
-  AllToAllLeaf(const AllToAllLeaf&) = delete;
-  AllToAllLeaf& operator=(const AllToAllLeaf&) = delete;
 
-  Collective describe() {
-    return detail::describe<T>("all_to_all", OpKind::all_to_all, op_.shape(), {sa_, ca_, Tiled}, op_.data(),
-                               result_.data());
-  }
-  const void* input() const { return op_.data(); }
-  std::size_t bytes() { return describe().bytes; }
-  std::uint64_t signature() { return describe().signature; }
   template <class Input>
   void work(int n, const Input& input) {
     for (int k = 0; k < n; ++k)
@@ -181,36 +161,30 @@ struct PermuteOp {
   const char* name;
   OpKind kind;
   std::int64_t source;     ///< pbroadcast's source (signed), 0 otherwise
-  std::uint64_t perm_hash;  ///< added to the group's signature
+  std::uint64_t perm_hash;  ///< added to the collective's signature
   int from;
   template <class X>
   using Leaf = PermuteLeaf<X>;
 };
 
 template <class X>
-class PermuteLeaf {
+class PermuteLeaf : public Described {
   using T = typename Operand<X>::T;
 
  public:
   template <class Source>
   PermuteLeaf(Context& ctx, Source&& x, const PermuteOp& op)
-      : ctx_(ctx), op_(std::forward<Source>(x)), p_(op),
-        result_(make_result<T, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {}
-  PermuteLeaf(const PermuteLeaf&) = delete;
-  PermuteLeaf& operator=(const PermuteLeaf&) = delete;
-
-  Collective describe() {
-    if (p_.kind == OpKind::pbroadcast)
-      return detail::describe<T>(p_.name, p_.kind, op_.shape(), {p_.source}, op_.data(), result_.data());
-    return detail::describe<T>(p_.name, p_.kind, op_.shape(), {}, op_.data(), result_.data());
+      : ctx_(ctx), op_(std::forward<Source>(x)), from_(op.from),
+        result_(make_result<T, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {
+    described_ = op.kind == OpKind::pbroadcast
+                     ? detail::describe<T>(op.name, op.kind, op_.shape(), {op.source}, op_.data(), result_.data())
+                     : detail::describe<T>(op.name, op.kind, op_.shape(), {}, op_.data(), result_.data());
   }
-  const void* input() const { return op_.data(); }
-  std::size_t bytes() { return describe().bytes; }
-  std::uint64_t signature() { return describe().signature; }
+
   template <class Input>
   void work(int, const Input& input) {
     copy_or_zero(result_.data(),
-                 p_.from >= 0 ? static_cast<const T*>(static_cast<const void*>(input(p_.from))) : nullptr,
+                 from_ >= 0 ? static_cast<const T*>(static_cast<const void*>(input(from_))) : nullptr,
                  op_.shape().size());
   }
   auto take() {
@@ -224,7 +198,7 @@ class PermuteLeaf {
  private:
   Context& ctx_;
   Operand<X> op_;
-  PermuteOp p_;
+  int from_;
   Eigen::Tensor<T, Operand<X>::rank, Operand<X>::layout> result_;
 };
 
@@ -232,9 +206,9 @@ class PermuteLeaf {
 template <class X, class Input>
 auto permute(Context& ctx, Input&& x, const PermuteOp& op) {
   PermuteLeaf<X> leaf(ctx, std::forward<Input>(x), op);
-  GroupInfo signed_group = *op.g;
-  signed_group.signature ^= op.perm_hash;
-  meet_one<typename Operand<X>::T>(ctx, signed_group, leaf.describe(), leaf);
+  Collective c = leaf.describe();
+  c.signature ^= op.perm_hash;  // members that pass different permutations differ
+  meet_one<typename Operand<X>::T>(ctx, *op.g, c, leaf);
   return leaf.take();
 }
 

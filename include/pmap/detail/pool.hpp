@@ -13,6 +13,7 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_group.h>
 #include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_scheduler_observer.h>
 
 #include "pmap/detail/thread_state.hpp"
 
@@ -40,10 +41,25 @@ class Run {
   ~Run() = default;
 };
 
+/// Binds each worker thread that joins an arena to one CPU: slot k to the k-th CPU of the
+/// process's affinity mask (modulo its size), slot 0 being the calling thread's, left alone.
+class ThreadBinder final : public tbb::task_scheduler_observer {
+ public:
+  explicit ThreadBinder(tbb::task_arena& arena);
+  ~ThreadBinder() override;
+  ThreadBinder(const ThreadBinder&) = delete;
+  ThreadBinder& operator=(const ThreadBinder&) = delete;
+  void on_scheduler_entry(bool is_worker) override;
+
+ private:
+  std::vector<int> cpus_;  ///< the process's CPUs when the Runtime was made
+};
+
 /// The worker threads of a Runtime: one oneTBB task_arena, created once.
 class Pool {
  public:
-  explicit Pool(int threads);
+  /// `bind`: bind the workers to CPUs (ThreadBinder, RuntimeConfig::bind_threads).
+  Pool(int threads, bool bind);
   int threads() const { return threads_; }
 
   /// Runs body(i) for i in [0, n) and waits for all of them. The calling thread takes
@@ -120,6 +136,7 @@ class Pool {
   int threads_;
   std::unique_ptr<tbb::global_control> parallelism_;
   tbb::task_arena arena_;
+  std::unique_ptr<ThreadBinder> binder_;  ///< after arena_, which it observes
 };
 
 }  // namespace pmap::detail

@@ -185,34 +185,70 @@ auto arg_reduce(Context& ctx, const X& x, const AxisNames& axes, const char* nam
     return result;
 }
 
-/// psum_scatter: member p sums block p (of n along the scatter dimension) of every input.
 template <bool Tiled, class X>
-auto scatter_sum(Context& ctx, const X& x, const AxisNames& axes, int dimension,
-                 const Groups& groups) {
-  Operand<X> op(x);
+class ScatterSumLeaf;
+
+/// psum_scatter's parameters.
+template <bool Tiled>
+struct ScatterSumOp {
+  const GroupInfo* g;
+  int dimension;
+  template <class X>
+  using Leaf = ScatterSumLeaf<Tiled, X>;
+};
+
+/// psum_scatter: member p sums block p (of n along the scatter dimension) of every input:
+/// a leaf class, as the data movers of data_movement.hpp (one operand or a tree's leaf).
+template <bool Tiled, class X>
+class ScatterSumLeaf : public Described {
   using T = typename Operand<X>::T;
   using Acc = psum_acc<T>;
-  constexpr int R = Operand<X>::rank;
-  constexpr int L = Operand<X>::layout;
+  static constexpr int R = Operand<X>::rank;
+  static constexpr int L = Operand<X>::layout;
+
+ public:
+  template <class Source>
+  ScatterSumLeaf(Context& ctx, Source&& x, const ScatterSumOp<Tiled>& op)
+      : ctx_(ctx), op_(std::forward<Source>(x)), position_(op.g->position) {
+    const int n = static_cast<int>(op.g->members.size());
+    const int a = canonical_axis(op.dimension, R);
+    const std::int64_t extent = op_.shape().dims[static_cast<std::size_t>(a)];
+    if (Tiled ? extent % n != 0 : extent != n) raise_scatter_extent(extent, n, Tiled);
+    Shape block = op_.shape();
+    block.dims[static_cast<std::size_t>(a)] = extent / n;
+    split_ = split_around(block, a, L);
+    result_ = make_result<Acc, Tiled ? R : R - 1, L>(ctx, Tiled ? block : remove_axis(block, a));
+    described_ = detail::describe<T>("psum_scatter", OpKind::psum_scatter, op_.shape(), {a, Tiled}, op_.data(),
+                                     result_.data());
+  }
+
+  template <class Input>
+  void work(int n, const Input& input) {
+    const std::int64_t run = split_.mid * split_.inner;
+    for (std::int64_t o = 0; o < split_.outer; ++o)
+      reduce_block<OpKind::psum, Acc, T>(result_.data() + o * run, run, n, [&](int k) {
+        return static_cast<const T*>(static_cast<const void*>(input(k))) + (o * n + position_) * run;
+      });
+  }
+  auto take() {
+    recycle(ctx_, op_);
+    return std::move(result_);
+  }
+
+ private:
+  Context& ctx_;
+  Operand<X> op_;
+  int position_;
+  Split3 split_{};
+  Eigen::Tensor<Acc, Tiled ? R : R - 1, L> result_;
+};
+
+template <bool Tiled, class X>
+auto scatter_sum(Context& ctx, const X& x, const AxisNames& axes, int dimension, const Groups& groups) {
   const GroupInfo& g = Access::group(ctx, axes, groups, true, "psum_scatter");
-  const int n = static_cast<int>(g.members.size());
-  const int a = canonical_axis(dimension, R);
-  const std::int64_t extent = op.shape().dims[static_cast<std::size_t>(a)];
-  if (Tiled ? extent % n != 0 : extent != n) raise_scatter_extent(extent, n, Tiled);
-  Shape block = op.shape();
-  block.dims[static_cast<std::size_t>(a)] = extent / n;
-  const Split3 s = split_around(block, a, L);
-  auto result = make_result<Acc, Tiled ? R : R - 1, L>(ctx, Tiled ? block : remove_axis(block, a));
-  Acc* out = result.data();
-  const std::int64_t run = s.mid * s.inner;
-  rendezvous<T>(ctx, g, describe<T>("psum_scatter", OpKind::psum_scatter, op.shape(), {a, Tiled}, op.data(), out),
-                [&](Peers<T>& peers) {
-                  const int p = peers.position();
-                  for (std::int64_t o = 0; o < s.outer; ++o)
-                    reduce_block<OpKind::psum, Acc, T>(
-                        out + o * run, run, n, [&](int k) { return peers.input(k) + (o * n + p) * run; });
-                });
-  return result;
+  ScatterSumLeaf<Tiled, X> leaf(ctx, x, ScatterSumOp<Tiled>{&g, dimension});
+  meet_one<typename Operand<X>::T>(ctx, g, leaf.describe(), leaf);
+  return leaf.take();
 }
 
 }  // namespace pmap::detail

@@ -71,6 +71,24 @@ Collective describe(const char* name, OpKind kind, const Shape& shape,
                     steps};
 }
 
+/// The base of a collective's leaf class (data_movement.hpp, reductions.hpp, trees.hpp):
+/// the Collective the leaf describes, set once by its constructor, which a tree reads leaf
+/// by leaf (input, bytes, signature) and a lone leaf hands to the engine.
+class Described {
+ public:
+  const Collective& describe() const { return described_; }
+  const void* input() const { return described_.in; }
+  std::size_t bytes() const { return described_.bytes; }
+  std::uint64_t signature() const { return described_.signature; }
+
+ protected:
+  Described() = default;
+  ~Described() = default;
+  Described(const Described&) = delete;
+  Described& operator=(const Described&) = delete;
+  Collective described_;
+};
+
 /// One device's part in one collective: the members it meets and the barriers so far. Every
 /// path is a sequence of meet() calls and work, run by run().
 class Meeting {
@@ -225,6 +243,14 @@ void rendezvous(Context& ctx, const GroupInfo& g, const Collective& c, Work&& wo
       return;
     }
   }
+}
+
+/// Runs one leaf's collective (a leaf class, as Described): one rendezvous over g, the leaf's
+/// work over the peers' inputs.
+template <class T, class Leaf>
+void meet_one(Context& ctx, const GroupInfo& g, const Collective& c, Leaf& leaf) {
+  const int n = static_cast<int>(g.members.size());
+  rendezvous<T>(ctx, g, c, [&](Peers<T>& peers) { leaf.work(n, [&](int k) { return peers.input(k); }); });
 }
 
 }  // namespace pmap::detail

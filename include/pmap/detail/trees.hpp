@@ -30,18 +30,6 @@
 
 namespace pmap::detail {
 
-/// Whether X is a tree of collective operands rather than one operand.
-template <class X>
-struct is_operand_tree : std::false_type {};
-template <class... Xs>
-struct is_operand_tree<std::tuple<Xs...>> : std::true_type {};
-template <class X, std::size_t N>
-struct is_operand_tree<std::array<X, N>> : std::true_type {};
-template <class X, class A>
-struct is_operand_tree<std::vector<X, A>> : std::true_type {};
-template <class X>
-inline constexpr bool is_operand_tree_v = is_operand_tree<std::remove_cvref_t<X>>::value;
-
 /// The result scalar of reduction K over scalar T (bool sums to int32, integers average to
 /// double).
 template <OpKind K, class T>
@@ -67,33 +55,36 @@ auto core_collective(const X& x, Fn&& fn) {
   return core_result<X>(plain, fn(core_as_tensor<X>(plain)));
 }
 
-/// The leaf of a reduction K over one operand: its operand and its result.
+/// The leaf of a reduction K over one operand: its operand and its result. A donated
+/// operand (an Eigen::Tensor leaf of a tree passed as an rvalue) becomes the device's spare
+/// buffer afterwards, as a donated tensor's does (buffers.hpp, recycle).
 template <OpKind K, class X>
-class ReduceLeaf {
+class ReduceLeaf : public Described {
   using T = typename Operand<X>::T;
   using Acc = reduce_acc_t<K, T>;
 
  public:
-  template <class Op>
-  ReduceLeaf(Context& ctx, const X& x, const Op&)
-      : op_(x), result_(make_result<Acc, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {}
-  ReduceLeaf(const ReduceLeaf&) = delete;
-  ReduceLeaf& operator=(const ReduceLeaf&) = delete;
-
-  const void* input() const { return op_.data(); }
-  std::size_t bytes() const { return static_cast<std::size_t>(op_.shape().size()) * sizeof(T); }
-  std::uint64_t signature() const {
-    return op_signature(K, dtype_name<T>(), op_.shape(), {static_cast<std::int64_t>(sizeof(Acc))});
+  template <class Source, class Op>
+  ReduceLeaf(Context& ctx, Source&& x, const Op&)
+      : ctx_(ctx), op_(std::forward<Source>(x)),
+        result_(make_result<Acc, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {
+    described_ = detail::describe<T>("", K, op_.shape(), {static_cast<std::int64_t>(sizeof(Acc))}, op_.data(),
+                                     result_.data());
   }
+
   /// Reduces member k's copy of this leaf, input(k), over the n members into the result.
   template <class Input>
   void work(int n, const Input& input) {
     reduce_block<K, Acc, T>(result_.data(), op_.shape().size(), n,
                             [&](int k) { return static_cast<const T*>(static_cast<const void*>(input(k))); });
   }
-  auto take() { return finish_reduce<X>(std::move(result_)); }
+  auto take() {
+    recycle(ctx_, op_);
+    return finish_reduce<X>(std::move(result_));
+  }
 
  private:
+  Context& ctx_;
   Operand<X> op_;
   Eigen::Tensor<Acc, Operand<X>::rank, Operand<X>::layout> result_;
 };
@@ -108,22 +99,30 @@ struct ReduceTree {
 template <class Op, class X>
 using LeafOf = typename Op::template Leaf<X>;
 
-/// Builds a child node in place (a std::tuple of nodes constructs each from one of these).
-template <class Op, class X>
+/// Builds a child node in place (a std::tuple of nodes constructs each from one of these):
+/// the child's operand as `Source&&` (const X&, or X&& when the tree was passed as an rvalue).
+template <class Op, class Source>
 struct NodeInit {
   Context& ctx;
-  const X& x;
+  std::remove_reference_t<Source>* x;
   const Op& op;
 };
+template <class Op, class Source>
+NodeInit<Op, Source> node_init(Context& ctx, Source&& x, const Op& op) {
+  return {ctx, std::addressof(x), op};
+}
 
 /// A node of a tree in its collective: a leaf (the operation's Leaf: its operand and
 /// result) or a container of nodes. Nodes stay where they are built: the peers read their
-/// buffers in place.
+/// buffers in place. Each constructor takes its operand as `Source&&`: a const X& or, from a
+/// tree passed as an rvalue, an X&& whose owned tensors the leaves take over (donation).
 template <class Op, class X, class = void>
 class TreeNode {
  public:
-  TreeNode(Context& ctx, const X& x, const Op& op) : leaf_(ctx, x, op) {}
-  TreeNode(NodeInit<Op, X> init) : TreeNode(init.ctx, init.x, init.op) {}
+  template <class Source>
+  TreeNode(Context& ctx, Source&& x, const Op& op) : leaf_(ctx, std::forward<Source>(x), op) {}
+  template <class Source>
+  TreeNode(NodeInit<Op, Source> init) : TreeNode(init.ctx, static_cast<Source&&>(*init.x), init.op) {}
   TreeNode(const TreeNode&) = delete;
   TreeNode& operator=(const TreeNode&) = delete;
 
@@ -144,7 +143,8 @@ class TreeNode<Op, X, std::enable_if_t<is_core_dense_v<X>>> {
 
  public:
   TreeNode(Context& ctx, const X& x, const Op& op) : plain_(x), inner_(ctx, core_as_tensor<X>(plain_), op) {}
-  TreeNode(NodeInit<Op, X> init) : TreeNode(init.ctx, init.x, init.op) {}
+  template <class Source>
+  TreeNode(NodeInit<Op, Source> init) : TreeNode(init.ctx, *init.x, init.op) {}
 
   template <class Fn>
   void each(Fn&& fn) { inner_.each(fn); }
@@ -161,9 +161,11 @@ class TreeNode<Op, std::tuple<Xs...>> {
   using Child = TreeNode<Op, std::remove_cvref_t<Y>>;
 
  public:
-  TreeNode(Context& ctx, const std::tuple<Xs...>& x, const Op& op)
-      : TreeNode(ctx, x, op, std::index_sequence_for<Xs...>{}) {}
-  TreeNode(NodeInit<Op, std::tuple<Xs...>> init) : TreeNode(init.ctx, init.x, init.op) {}
+  template <class Source>
+  TreeNode(Context& ctx, Source&& x, const Op& op)
+      : TreeNode(ctx, std::forward<Source>(x), op, std::index_sequence_for<Xs...>{}) {}
+  template <class Source>
+  TreeNode(NodeInit<Op, Source> init) : TreeNode(init.ctx, static_cast<Source&&>(*init.x), init.op) {}
 
   template <class Fn>
   void each(Fn&& fn) {
@@ -174,9 +176,10 @@ class TreeNode<Op, std::tuple<Xs...>> {
   }
 
  private:
-  template <std::size_t... I>
-  TreeNode(Context& ctx, const std::tuple<Xs...>& x, const Op& op, std::index_sequence<I...>)
-      : children_(NodeInit<Op, std::remove_cvref_t<Xs>>{ctx, std::get<I>(x), op}...) {}
+  // std::get of an rvalue tuple gives its values as rvalues, its references as they are.
+  template <class Source, std::size_t... I>
+  TreeNode(Context& ctx, Source&& x, const Op& op, std::index_sequence<I...>)
+      : children_(node_init(ctx, std::get<I>(std::forward<Source>(x)), op)...) {}
   std::tuple<Child<Xs>...> children_;
 };
 
@@ -186,11 +189,18 @@ class TreeNode<Op, X, std::enable_if_t<is_operand_tree_v<X> && requires { typena
   using Child = TreeNode<Op, std::remove_cvref_t<typename X::value_type>>;
 
  public:
-  TreeNode(Context& ctx, const X& x, const Op& op) {
+  template <class Source>
+  TreeNode(Context& ctx, Source&& x, const Op& op) {
     children_.reserve(x.size());
-    for (const auto& elem : x) children_.push_back(std::make_unique<Child>(ctx, elem, op));
+    for (auto& elem : x) {
+      if constexpr (std::is_lvalue_reference_v<Source>)
+        children_.push_back(std::make_unique<Child>(ctx, std::as_const(elem), op));
+      else
+        children_.push_back(std::make_unique<Child>(ctx, std::move(elem), op));
+    }
   }
-  TreeNode(NodeInit<Op, X> init) : TreeNode(init.ctx, init.x, init.op) {}
+  template <class Source>
+  TreeNode(NodeInit<Op, Source> init) : TreeNode(init.ctx, static_cast<Source&&>(*init.x), init.op) {}
 
   template <class Fn>
   void each(Fn&& fn) {
@@ -230,34 +240,6 @@ constexpr bool has_core_leaf() {
     return []<class... Ys>(std::type_identity<std::tuple<Ys...>>) {
       return (has_core_leaf<Ys>() || ...);
     }(std::type_identity<U>{});
-  }
-}
-
-/// The same tree shape with fn(leaf) at every leaf, called depth first, left to right (the
-/// order every device calls its collectives in).
-template <class X, class Fn>
-auto map_tree(const X& x, Fn&& fn) {
-  using U = std::remove_cvref_t<X>;
-  if constexpr (!is_operand_tree_v<U>) {
-    return fn(x);
-  } else if constexpr (requires { typename U::value_type; }) {
-    using R = decltype(map_tree(std::declval<const typename U::value_type&>(), fn));
-    if constexpr (requires { std::tuple_size<U>::value; }) {
-      return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return std::array<R, sizeof...(I)>{map_tree(x[I], fn)...};  // braces: left to right
-      }(std::make_index_sequence<std::tuple_size<U>::value>{});
-    } else {
-      std::vector<R> out;
-      out.reserve(x.size());
-      for (const auto& elem : x) out.push_back(map_tree(elem, fn));
-      return out;
-    }
-  } else {
-    return std::apply(
-        [&](const auto&... elem) {
-          return std::tuple<decltype(map_tree(elem, fn))...>{map_tree(elem, fn)...};
-        },
-        x);
   }
 }
 
@@ -334,14 +316,17 @@ void meet_in_place(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, i
 }
 
 /// Tree `x`'s collective `op` over group g: one rendezvous for every leaf, packed up to
-/// kStagedBytes (and across processes), in place above.
+/// kStagedBytes (and across processes), in place above. `x` is a const tree or an rvalue
+/// one (its owned tensors donated); `salt` is added to the collective's signature.
 template <class Op, class X>
-auto tree_collective(Context& ctx, const X& x, const Op& op, const GroupInfo& g, const char* name) {
-  TreeNode<Op, std::remove_cvref_t<X>> tree(ctx, x, op);
+auto tree_collective(Context& ctx, X&& x, const Op& op, const GroupInfo& g, const char* name,
+                     std::uint64_t salt = 0) {
+  TreeNode<Op, std::remove_cvref_t<X>> tree(ctx, std::forward<X>(x), op);
   int leaves = 0;
   std::size_t packed = 0;
   Member& me = Access::member(ctx);
-  const Collective c = describe_tree(tree, name, me.team->slot(me.index), leaves, packed);
+  Collective c = describe_tree(tree, name, me.team->slot(me.index), leaves, packed);
+  c.signature ^= salt;
   if (packed <= kStagedBytes || me.team->distributed())
     meet_packed(ctx, g, c, tree, packed);
   else
@@ -351,10 +336,9 @@ auto tree_collective(Context& ctx, const X& x, const Op& op, const GroupInfo& g,
 
 /// psum / pmean / pmax / pmin of a tree.
 template <OpKind K, class X>
-auto reduce_tree(Context& ctx, const X& x, const AxisNames& axes, const Groups& groups,
-                 const char* name) {
+auto reduce_tree(Context& ctx, X&& x, const AxisNames& axes, const Groups& groups, const char* name) {
   const GroupInfo& g = Access::group(ctx, axes, groups, false, name);
-  return tree_collective(ctx, x, ReduceTree<K>{}, g, name);
+  return tree_collective(ctx, std::forward<X>(x), ReduceTree<K>{}, g, name);
 }
 
 /// all_gather of a tree.
@@ -364,20 +348,26 @@ auto all_gather_tree(Context& ctx, const X& x, const AxisNames& axes, int axis, 
   return tree_collective(ctx, x, AllGatherOp<Tiled>{&g, axis}, g, "all_gather");
 }
 
+/// psum_scatter of a tree.
+template <bool Tiled, class X>
+auto scatter_sum_tree(Context& ctx, const X& x, const AxisNames& axes, int dimension, const Groups& groups) {
+  const GroupInfo& g = Access::group(ctx, axes, groups, true, "psum_scatter");
+  return tree_collective(ctx, x, ScatterSumOp<Tiled>{&g, dimension}, g, "psum_scatter");
+}
+
 /// all_to_all of a tree.
 template <bool Tiled, class X>
-auto all_to_all_tree(Context& ctx, const X& x, const AxisNames& axes, int split_axis, int concat_axis,
+auto all_to_all_tree(Context& ctx, X&& x, const AxisNames& axes, int split_axis, int concat_axis,
                      const Groups& groups) {
   const GroupInfo& g = Access::group(ctx, axes, groups, true, "all_to_all");
-  return tree_collective(ctx, x, AllToAllOp<Tiled>{&g, split_axis, concat_axis}, g, "all_to_all");
+  return tree_collective(ctx, std::forward<X>(x), AllToAllOp<Tiled>{&g, split_axis, concat_axis}, g,
+                         "all_to_all");
 }
 
 /// ppermute / pshuffle / pbroadcast of a tree: `op` from the permute_op of each.
 template <class X>
-auto permute_tree(Context& ctx, const X& x, const PermuteOp& op) {
-  GroupInfo signed_group = *op.g;
-  signed_group.signature ^= op.perm_hash;
-  return tree_collective(ctx, x, op, signed_group, op.name);
+auto permute_tree(Context& ctx, X&& x, const PermuteOp& op) {
+  return tree_collective(ctx, std::forward<X>(x), op, *op.g, op.name, op.perm_hash);
 }
 
 }  // namespace pmap::detail
