@@ -21,14 +21,12 @@
 //   batched_solve     B dense n x n systems (double), one PartialPivLU each, split over a mesh
 //                     of all devices, f.into(x, A, r): B = 1024 (even blocks) and 1001
 //                     (uneven) at n = 32, 1001 at n = 8; vs an OpenMP static parallel for over
-//                     the systems (the same per-system code), in systems/s; pmap's threads
-//                     bound one per CPU (bind_threads) as the OpenMP team's are
+//                     the systems (the same per-system code), in systems/s
 //   mlp_step          one data-parallel SGD step of a 64-256-1 MLP (ReLU, MSE loss, float) on
 //                     a 4096-row batch split over all devices: each block's gradient, one
 //                     pmean of the flat gradient, the update returned replicated; vs the same
 //                     step in one OpenMP region (per-thread gradients, a barrier, a parallel
-//                     average and update; the same per-block code), in steps/s; threads
-//                     bound as in batched_solve
+//                     average and update; the same per-block code), in steps/s
 //   psum_latency      8 KiB psum on 2 devices: what it costs beyond a hand-written 2-barrier
 //                     psum, in spin barriers; vs a spin barrier, an OpenMP barrier and that
 //                     psum; and a 4-byte psum (synchronisation alone)
@@ -66,6 +64,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/tbb/task_arena.h>
@@ -215,13 +215,6 @@ void add_omp(Case& c, std::string name, int threads, std::function<void(std::int
              double ops = 1, double work = 0) {
   c.add_scoped(std::move(name), std::move(run), ops, work,
                [threads] { return pr::OmpBinding(threads); });
-}
-
-/// Adds a pmap implementation of an application row, placed as add_omp places OpenMP: the
-/// caller on the first CPU (its runtime made with bind_threads: worker k on the k-th).
-void add_bound(Case& c, std::string name, std::function<void(std::int64_t)> run, double ops = 1,
-               double work = 0) {
-  c.add_scoped(std::move(name), std::move(run), ops, work, [] { return pr::CallerBinding(); });
 }
 
 /// A [rows, cols] tensor filled with `value`, first touched by `threads` OpenMP threads.
@@ -458,7 +451,7 @@ void omp_solve(int threads, const TensorD3& a, const TensorD2& r, TensorD2& x) {
 void batched_solve(Env& env) {
   const int d = env.devices;
   const int t = env.threads_for(d);
-  pmap::Runtime rt({.num_devices = d, .num_threads = t, .bind_threads = true});
+  pmap::Runtime rt({.num_devices = d, .num_threads = t});
   const pmap::Mesh mesh({{"x", d}}, &rt);
   // Each device solves the systems of its block (a [rows, n, n], r [rows, n]: zero-copy
   // views) with one factorisation, into the [rows, n] block it returns.
@@ -494,7 +487,7 @@ void batched_solve(Env& env) {
                              devices_threads(d, t);
     const auto systems = static_cast<double>(batch);
     Case cs("batched solve, " + size);
-    add_bound(cs, "shard_map", repeat([&] { f.into(x, a, r); }), 1, systems);
+    cs.add("shard_map", repeat([&] { f.into(x, a, r); }), 1, systems);
     add_omp(cs, "omp", t, repeat([&] { omp_solve(t, a, r, x_omp); }), 1, systems);
     cs.measure(env.settings);
     env.report->add(pr::compare(cs, "batched_solve", size, "shard_map", "omp", Case::kRate,
@@ -536,7 +529,7 @@ void omp_mlp_step(int threads, const Tensor1& theta, const Tensor2& x, const Ten
 void mlp_step(Env& env) {
   const int d = env.devices;
   const int t = env.threads_for(d);
-  pmap::Runtime rt({.num_devices = d, .num_threads = t, .bind_threads = true});
+  pmap::Runtime rt({.num_devices = d, .num_threads = t});
   const pmap::Mesh mesh({{"x", d}}, &rt);
   Tensor1 theta(pr::kMlpParams), next(pr::kMlpParams), next_omp(pr::kMlpParams);
   Tensor2 x(kMlpBatch, pr::kMlpIn), y(kMlpBatch, 1);
@@ -573,7 +566,7 @@ void mlp_step(Env& env) {
   const std::string size =
       pr::format("batch %ld, ", static_cast<long>(kMlpBatch)) + devices_threads(d, t);
   Case cs("mlp step, " + size);
-  add_bound(cs, "shard_map", repeat([&] { f.into(next, theta, x, y); }), 1, 1);
+  cs.add("shard_map", repeat([&] { f.into(next, theta, x, y); }), 1, 1);
   add_omp(cs, "omp", t, repeat([&] { omp_mlp_step(t, theta, x, y, next_omp, slots, omp_work); }), 1,
           1);
   cs.measure(env.settings);
@@ -947,7 +940,25 @@ int run_mpi(const Env& env) {
 }
 #endif
 
+/// libgomp reads its wait policy when it loads, before main: so the OpenMP baselines spin
+/// for a bounded time after each region, pmap-bench sets GOMP_SPINCOUNT (unless the caller
+/// chose a policy) and runs itself again. libgomp's default, 300,000 spins, lasts hundreds
+/// of milliseconds on a VM that traps PAUSE (PAUSE-loop exiting), longer than the harness
+/// waits for quiet (settle(), 50 ms): the OpenMP worker then spins through the next
+/// implementation's sample on a core it needs (pmap's batched_solve at 0.64x omp with the
+/// default, 0.98x with 10,000; the 8 KiB psum 4.1 us against 2.2 us). 10,000 spins keep
+/// back-to-back regions as fast as the default (an OpenMP region 1.06 us against 1.1 us,
+/// its barrier 442 ns against 441 ns, measured in this report).
+constexpr const char* kOmpSpinCount = "10000";
+void bound_openmp_spinning(char** argv) {
+  if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("GOMP_SPINCOUNT", kOmpSpinCount, 1);
+  execv("/proc/self/exe", argv);
+  std::perror("pmap-bench: could not run itself again with GOMP_SPINCOUNT set");  // runs on
+}
+
 int main(int argc, char** argv) {
+  bound_openmp_spinning(argv);
   Env env;
   env.opt = parse(argc, argv);
   const Options& opt = env.opt;
@@ -972,6 +983,9 @@ int main(int argc, char** argv) {
     pr::Report report(pr::Machine::describe(env.devices));
     env.report = &report;
     std::printf("%s\n", report.machine().line().c_str());
+    std::printf("OpenMP waits: GOMP_SPINCOUNT=%s, OMP_WAIT_POLICY=%s\n",
+                std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : "(default)",
+                std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "(default)");
     std::fflush(stdout);
 
     const auto start = pr::Clock::now();

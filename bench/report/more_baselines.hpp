@@ -24,33 +24,6 @@
 
 namespace pmap::report {
 
-/// @brief While alive, binds the calling thread to the first CPU it may use; the destructor
-/// gives it its CPU mask back. With pmap::RuntimeConfig::bind_threads (worker k on the k-th
-/// CPU) it places a pmap runtime's threads as OmpBinding places an OpenMP team.
-class CallerBinding {
- public:
-  CallerBinding() {
-    pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_);
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &saved_)) cpus_.push_back(c);
-    if (cpus_.size() >= 2) bind_to(0);
-  }
-  ~CallerBinding() { pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_); }
-  CallerBinding(const CallerBinding&) = delete;
-  CallerBinding& operator=(const CallerBinding&) = delete;
-
- protected:
-  /// Binds the calling thread to the k-th CPU (modulo their count).
-  void bind_to(std::size_t k) const {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpus_[k % cpus_.size()], &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-  }
-  cpu_set_t saved_{};
-  std::vector<int> cpus_;
-};
-
 /// @brief While alive, binds an OpenMP team of `threads` threads one per CPU, as
 /// OMP_PROC_BIND=true would: the calling (master) thread to the first CPU it may use, team
 /// thread k to the k-th. The destructor gives the master its CPU mask back.
@@ -59,13 +32,28 @@ class CallerBinding {
 /// machine, and every region of a sample then costs ~100 us instead of ~1 us (seen in about
 /// half of the processes). OMP_PROC_BIND itself cannot be used: it binds the initial thread
 /// for good, and the oneTBB and Eigen threads it creates later inherit that single CPU.
-class OmpBinding : public CallerBinding {
+class OmpBinding {
  public:
   explicit OmpBinding(int threads) {
+    pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &saved_)) cpus_.push_back(c);
     if (cpus_.size() < 2) return;
 #pragma omp parallel num_threads(threads)
-    bind_to(static_cast<std::size_t>(omp_get_thread_num()));
+    {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus_[static_cast<std::size_t>(omp_get_thread_num()) % cpus_.size()], &one);
+      pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    }
   }
+  ~OmpBinding() { pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_); }
+  OmpBinding(const OmpBinding&) = delete;
+  OmpBinding& operator=(const OmpBinding&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  std::vector<int> cpus_;
 };
 
 /// @brief `ops` rounds of copying `rows` buffers of `bytes` (src[r] to dst[r]), the rows
