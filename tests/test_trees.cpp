@@ -64,6 +64,7 @@ void check_every_reduction(const pmap::Options& o, int n, Index size) {
 
 TEST_P(Trees, SmallTreesAreOneCollectiveLikeTheirLeaves) { check_every_reduction(named_axis(), n(), 7); }
 TEST_P(Trees, LargeTreesAreReadInPlace) { check_every_reduction(named_axis(), n(), 5000); }
+TEST_P(Trees, TreesOf64KiBAndMoreSplitTheirReduction) { check_every_reduction(named_axis(), n(), 20000); }
 
 TEST_P(Trees, ArraysVectorsAndNestedTrees) {
   Tensor<double, 2> a(n(), 4);

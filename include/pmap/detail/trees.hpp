@@ -5,7 +5,8 @@
 /// The devices meet once for the whole tree. Small trees (up to kStagedBytes), and every
 /// tree across processes, are packed into one buffer, which takes the engine's staged (or
 /// gathered) path like a small tensor; larger trees publish a table of their leaves'
-/// buffers, which the peers read in place. Either way each leaf's work (a reduction, a
+/// buffers, which the peers read in place (and a reduction tree of 64 KiB or more splits
+/// its work over the members, as a lone large reduction does). Either way each leaf's work (a reduction, a
 /// gather, a permutation: a leaf class of reductions.hpp or data_movement.hpp, chosen by
 /// the tree's operation) writes its own result, as it would alone.
 #pragma once
@@ -78,20 +79,39 @@ class ReduceLeaf : public Described {
     reduce_block<K, Acc, T>(result_.data(), op_.shape().size(), n,
                             [&](int k) { return static_cast<const T*>(static_cast<const void*>(input(k))); });
   }
+
+  // A split reduction of the tree (reduce_split): chunk p of the leaf is member p's.
+  void* output() { return result_.data(); }
+  /// Reduces chunk p of n of the members' inputs into the same chunk of the result.
+  template <class Input>
+  void reduce_chunk(int n, int p, const Input& input) {
+    const std::int64_t begin = chunk(n, p), end = chunk(n, p + 1);
+    reduce_block<K, Acc, T>(result_.data() + begin, end - begin, n, [&](int k) {
+      return static_cast<const T*>(static_cast<const void*>(input(k))) + begin;
+    });
+  }
+  /// Copies chunk p of n from `from`, the result of member p.
+  void copy_chunk(int n, int p, const void* from) {
+    const std::int64_t begin = chunk(n, p), end = chunk(n, p + 1);
+    const auto bytes = static_cast<std::size_t>(end - begin) * sizeof(Acc);
+    copy_run(result_.data() + begin, static_cast<const Acc*>(from) + begin, bytes, false);
+  }
   auto take() {
     recycle(ctx_, op_);
     return finish_reduce<X>(std::move(result_));
   }
 
  private:
+  std::int64_t chunk(int n, int p) const { return op_.shape().size() * p / n; }
   Context& ctx_;
   Operand<X> op_;
   Eigen::Tensor<Acc, Operand<X>::rank, Operand<X>::layout> result_;
 };
 
-/// A tree's reduction K: the leaves are ReduceLeaf.
+/// A tree's reduction K: the leaves are ReduceLeaf, which large trees split (reduce_split).
 template <OpKind K>
 struct ReduceTree {
+  static constexpr bool kSplits = true;
   template <class X>
   using Leaf = ReduceLeaf<K, X>;
 };
@@ -315,8 +335,47 @@ void meet_in_place(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, i
   });
 }
 
+/// A reduction tree of kSplitReductionBytes or more over 2+ members of one process, split
+/// as a lone large reduction is (split_reduce): member p reduces chunk p of every leaf,
+/// then, after a sync, copies the other chunks from the results of the members that
+/// reduced them; each member does 1/n of the reduction instead of all of it. The peers
+/// read two tables in place: the leaves' inputs and their results.
+template <class Tree>
+void reduce_split(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, int leaves) {
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  inputs.reserve(static_cast<std::size_t>(leaves));
+  outputs.reserve(static_cast<std::size_t>(leaves));
+  tree.each([&](auto& leaf) {
+    inputs.push_back(leaf.input());
+    outputs.push_back(leaf.output());
+  });
+  c.bytes = inputs.size() * sizeof(const void*);
+  c.in = inputs.data();
+  c.out = outputs.data();
+  c.in_place = true;
+  c.steps = 2;
+  const int n = static_cast<int>(g.members.size());
+  rendezvous<const void*>(ctx, g, c, [&](Peers<const void*>& peers) {
+    const int me = peers.position();
+    std::size_t j = 0;
+    tree.each([&](auto& leaf) {
+      leaf.reduce_chunk(n, me, [&](int k) { return peers.input(k)[j]; });
+      ++j;
+    });
+    peers.sync();
+    for (int p = 0; p < n; ++p) {
+      if (p == me) continue;
+      void* const* results = static_cast<void* const*>(peers.output(p));
+      j = 0;
+      tree.each([&](auto& leaf) { leaf.copy_chunk(n, p, results[j++]); });
+    }
+  });
+}
+
 /// Tree `x`'s collective `op` over group g: one rendezvous for every leaf, packed up to
-/// kStagedBytes (and across processes), in place above. `x` is a const tree or an rvalue
+/// kStagedBytes (and across processes), in place above, split from kSplitReductionBytes
+/// when the operation is a reduction. `x` is a const tree or an rvalue
 /// one (its owned tensors donated); `salt` is added to the collective's signature.
 template <class Op, class X>
 auto tree_collective(Context& ctx, X&& x, const Op& op, const GroupInfo& g, const char* name,
@@ -327,10 +386,17 @@ auto tree_collective(Context& ctx, X&& x, const Op& op, const GroupInfo& g, cons
   Member& me = Access::member(ctx);
   Collective c = describe_tree(tree, name, me.team->slot(me.index), leaves, packed);
   c.signature ^= salt;
-  if (packed <= kStagedBytes || me.team->distributed())
+  if (packed <= kStagedBytes || me.team->distributed()) {
     meet_packed(ctx, g, c, tree, packed);
-  else
-    meet_in_place(ctx, g, c, tree, leaves);
+    return tree.take();
+  }
+  if constexpr (requires { Op::kSplits; }) {
+    if (g.members.size() > 1 && packed >= static_cast<std::size_t>(kSplitReductionBytes)) {
+      reduce_split(ctx, g, c, tree, leaves);
+      return tree.take();
+    }
+  }
+  meet_in_place(ctx, g, c, tree, leaves);
   return tree.take();
 }
 
