@@ -1,11 +1,17 @@
 /// @file test_random.cpp
 /// @brief A randomized differential test of the collective engine: seeded random programs
-/// (a device count, a thread count and a sequence of collectives over random groups and
-/// operand sizes) run by pmap and by a serial model of the same semantics (SPEC 2.3, 8.5),
-/// compared exactly.
+/// (a launch, a device count, a thread count and a sequence of collectives over random axes,
+/// groups and operand sizes) run by pmap and by a serial model of the same semantics
+/// (SPEC 2.3, 3.5, 8.5, 9), compared exactly.
+///
+/// A program runs as a flat pmap over "i", as a pmap over "i" whose kernel calls a pmap over
+/// "j" (nesting), or as a shard_map over the mesh {"i": a, "j": b}. Each step of a two-axis
+/// program names "i", "j", {"i", "j"}, {"j", "i"} or {} (the innermost), with groups over the
+/// indices along those names; the devices that meet (a step's teams) are derived over flat
+/// device indices, and the model works on teams only.
 ///
 /// Every device holds a 1-D state. A step builds the device's operand from its state
-/// (deterministically, with a length the step fixes for the device's group), runs one
+/// (deterministically, with a length the step fixes for the device's team), runs one
 /// collective, poisons the operand as soon as the collective returns and the result as soon
 /// as it has become the new state, so that a peer that reads either one too late hands
 /// somebody a wrong value. The kernel returns a fixed-size summary per device: the final
@@ -16,19 +22,22 @@
 ///
 /// Operand sizes land on each protocol path of include/pmap/collectives.hpp: at most 8 KiB
 /// per device (staged, whole-axis collectives), up to 64 KiB (in place) and 64 KiB or more
-/// (split reductions, groups of two or more); a grouped reduction gives its groups different
-/// sizes, most often one group split and another not, so that the groups take paths with
+/// (split reductions, teams of two or more); a grouped reduction gives its teams different
+/// sizes, most often one team split and another not, so that the teams take paths with
 /// different numbers of barriers and the collectives after them must still line up. Values
 /// are small integers (exact in float32 in any order of summation). A step sometimes repeats
 /// the previous collective with new data: a device that lost count of the barriers then meets
 /// peers whose signatures match, and reads data that is not there yet instead of failing the
-/// agreement check.
+/// agreement check. A late device sleeps or yields before its collective.
 ///
-/// Reproducing a failure: the message prints the program's seed and the whole program; a
-/// program is a function of its seed and of its TEST's GenConfig only. A program that hangs
-/// is printed by a watchdog, which then aborts the binary.
+/// Heavy TESTs run few programs with large operands; the Bulk TESTs run 2,000 short programs
+/// of mostly small operands. Reproducing a failure: the message prints the program's seed and
+/// the whole program; a program is a function of its seed and of its TEST's GenConfig only. A
+/// program that hangs is printed by a watchdog, which then aborts the binary.
 
 #include <algorithm>
+#include <array>
+#include <iterator>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -89,33 +98,119 @@ bool is_reduction(Kind k) {
   return k == Kind::psum || k == Kind::pmax || k == Kind::pmin || k == Kind::pmean;
 }
 
-/// One collective of a program.
-struct Step {
-  Kind kind = Kind::psum;
-  pmap::Groups groups;                    ///< {} = the whole axis
-  std::vector<Index> lengths;             ///< operand length per group (one for {})
-  std::vector<std::pair<int, int>> perm;  ///< ppermute's (source, destination) pairs
-  bool donate = false;                    ///< reductions: the operand is moved in
-  int late = -1;                          ///< a device that arrives late (-1: none)
-  std::vector<int> group_of;              ///< device -> index of its group
-  std::vector<int> position;              ///< device -> its position in its group
+/// Which axes a step's collective names. A flat program has one axis, "i" (size n); nested
+/// and shard_map programs have two, "i" (size a, outer) and "j" (size b, inner), and a device's
+/// flat index is i * b + j.
+enum class Over { i, j, ij, ji };
 
-  int group_size(int p) const {
-    return groups.empty() ? static_cast<int>(group_of.size())
-                          : static_cast<int>(groups[static_cast<std::size_t>(group_of[static_cast<std::size_t>(p)])].size());
+const char* over_name(Over o) {
+  switch (o) {
+    case Over::i: return "i";
+    case Over::j: return "j";
+    case Over::ij: return "{i,j}";
+    case Over::ji: return "{j,i}";
   }
-  Index length(int p) const {
-    return lengths[static_cast<std::size_t>(group_of[static_cast<std::size_t>(p)])];
+  return "?";
+}
+
+/// How a program runs: pmap over "i"; pmap over "i" whose kernel calls a pmap over "j"; or
+/// shard_map over the mesh {"i": a, "j": b} with one element per device.
+enum class Launch { flat, nested, sharded };
+
+const char* launch_name(Launch l) {
+  return l == Launch::flat ? "pmap" : l == Launch::nested ? "nested pmap" : "shard_map";
+}
+
+/// The axes of a program: a x b devices (b = 1 for a flat program).
+struct Geometry {
+  int a = 1;
+  int b = 1;
+
+  int devices() const { return a * b; }
+  /// The size of the axis (or flattened axes) `o`.
+  int size(Over o) const { return o == Over::i ? a : o == Over::j ? b : a * b; }
+  /// Device p's index along `o` (axis_index of those names).
+  int coord(int p, Over o) const {
+    switch (o) {
+      case Over::i: return p / b;
+      case Over::j: return p % b;
+      case Over::ij: return p;
+      case Over::ji: return (p % b) * a + p / b;
+    }
+    return 0;
   }
-  std::vector<int> members(int p) const {
-    return groups.empty() ? iota(static_cast<int>(group_of.size()))
-                          : groups[static_cast<std::size_t>(group_of[static_cast<std::size_t>(p)])];
+  /// The flat index of the device at index `idx` along `o` that shares p's other coordinates.
+  int flat(int p, Over o, int idx) const {
+    switch (o) {
+      case Over::i: return idx * b + p % b;
+      case Over::j: return (p / b) * b + idx;
+      case Over::ij: return idx;
+      case Over::ji: return (idx % a) * b + idx / a;
+    }
+    return 0;
   }
 };
 
+enum class Delay { none, yield, sleep };
+
+/// One collective of a program.
+struct Step {
+  Kind kind = Kind::psum;
+  Over over = Over::i;
+  bool innermost = false;                 ///< names its axis as {} (the innermost axis)
+  pmap::Groups groups;                    ///< over the indices along `over`; {} = whole axis
+  std::vector<std::pair<int, int>> perm;  ///< ppermute's (source, destination) along `over`
+  bool donate = false;                    ///< reductions: the operand is moved in
+  int late = -1;                          ///< a device that arrives late (-1: none)
+  Delay delay = Delay::none;              ///< how it is late
+
+  // Derived over flat device indices by derive():
+  pmap::Groups teams;                     ///< the devices that meet, in the collective's order
+  std::vector<Index> lengths;             ///< operand length per team
+  std::vector<int> team_of;               ///< device -> index of its team
+  std::vector<int> position;              ///< device -> its position in its team
+  std::vector<int> source;                ///< ppermute: device -> the device it receives from (-1)
+
+  int group_size(int p) const { return static_cast<int>(members(p).size()); }
+  Index length(int p) const { return lengths[static_cast<std::size_t>(team_of[static_cast<std::size_t>(p)])]; }
+  const std::vector<int>& members(int p) const {
+    return teams[static_cast<std::size_t>(team_of[static_cast<std::size_t>(p)])];
+  }
+};
+
+/// Fills in teams, team_of, position and source from over, groups and perm.
+void derive(Step& st, const Geometry& geo) {
+  const int n = geo.devices();
+  const int m = geo.size(st.over);
+  const pmap::Groups whole = {iota(m)};
+  const pmap::Groups& axis_groups = st.groups.empty() ? whole : st.groups;
+  std::map<std::vector<int>, int> index;
+  st.teams.clear();
+  st.team_of.assign(static_cast<std::size_t>(n), 0);
+  st.position.assign(static_cast<std::size_t>(n), 0);
+  st.source.assign(static_cast<std::size_t>(n), -1);
+  for (int p = 0; p < n; ++p) {
+    const int c = geo.coord(p, st.over);
+    for (const std::vector<int>& g : axis_groups) {
+      const auto at = std::find(g.begin(), g.end(), c);
+      if (at == g.end()) continue;
+      std::vector<int> team;
+      for (int idx : g) team.push_back(geo.flat(p, st.over, idx));
+      const auto [it, fresh] = index.emplace(team, static_cast<int>(st.teams.size()));
+      if (fresh) st.teams.push_back(team);
+      st.team_of[static_cast<std::size_t>(p)] = it->second;
+      st.position[static_cast<std::size_t>(p)] = static_cast<int>(at - g.begin());
+    }
+    for (const auto& [src, dst] : st.perm)
+      if (dst == c) st.source[static_cast<std::size_t>(p)] = geo.flat(p, st.over, src);
+  }
+}
+
 struct Program {
   std::uint64_t seed = 0;
-  int n = 1;
+  Launch launch = Launch::flat;
+  Geometry geo;
+  int n = 1;  ///< geo.devices()
   int threads = 1;
   bool integers = false;  ///< int32 states (else float32)
   int calls = 2;
@@ -138,11 +233,14 @@ std::string groups_string(const pmap::Groups& groups) {
 
 std::string Program::describe() const {
   std::ostringstream s;
-  s << "program seed=" << seed << " n=" << n << " threads=" << threads
-    << " dtype=" << (integers ? "int32" : "float32") << " calls=" << calls << " steps:";
+  s << "program seed=" << seed << " " << launch_name(launch) << " n=" << n;
+  if (launch != Launch::flat) s << " (i=" << geo.a << " x j=" << geo.b << ")";
+  s << " threads=" << threads << " dtype=" << (integers ? "int32" : "float32")
+    << " calls=" << calls << " steps:";
   for (std::size_t k = 0; k < steps.size(); ++k) {
     const Step& st = steps[k];
-    s << "\n    " << k << ": " << kind_name(st.kind);
+    s << "\n    " << k << ": " << kind_name(st.kind) << " over "
+      << (st.innermost ? "{} (innermost)" : over_name(st.over));
     if (st.kind == Kind::ppermute) {
       s << " perm={";
       for (std::size_t j = 0; j < st.perm.size(); ++j)
@@ -151,21 +249,28 @@ std::string Program::describe() const {
     } else {
       s << " groups=" << (st.groups.empty() ? std::string("whole axis") : groups_string(st.groups));
     }
-    s << " lengths={";
+    s << " lengths per team={";
     for (std::size_t j = 0; j < st.lengths.size(); ++j) s << (j ? "," : "") << st.lengths[j];
     s << "}";
     if (st.donate) s << " donated";
-    if (st.late >= 0) s << " late=" << st.late;
+    if (st.late >= 0) s << " late=" << st.late << (st.delay == Delay::yield ? " (yields)" : " (sleeps)");
   }
   return s.str();
 }
 
-/// What the generator draws: the kinds of step (weights), device and thread counts.
+/// What the generator draws: launches, device and thread counts, step kinds and sizes.
 struct GenConfig {
   int min_n = 1;
   int max_n = 8;
   int max_threads = 3;
   bool grouped_focus = false;  ///< mostly grouped reductions and whole-axis collectives
+  double nested = 0;           ///< share of nested pmap programs
+  double sharded = 0;          ///< share of shard_map programs
+  /// Weights of operand sizes: up to 64 elements, up to 8 KiB, up to 64 KiB, 64 KiB and more.
+  std::array<double, 4> sizes = {0.35, 0.65, 1, 1};
+  double mixed = 0.8;          ///< chance that a grouped step gives one team a large operand
+  int max_steps = 12;          ///< at most kMaxSteps
+  double yields = 0;           ///< share of late devices that yield instead of sleeping
 };
 
 using Rng = std::mt19937_64;
@@ -178,18 +283,18 @@ Index uniform_index(Rng& rng, Index lo, Index hi) {
 }
 bool chance(Rng& rng, double p) { return std::bernoulli_distribution(p)(rng); }
 
-enum class SizeClass { small, medium, large };
+enum class SizeClass { tiny, small, medium, large };
 
 /// A length of the class, a multiple of `multiple` (which divides psum_scatter / all_to_all
 /// operands into their group's blocks).
 Index draw_length(Rng& rng, SizeClass c, Index multiple) {
   Index lo = 1, hi = kSmallMax;
-  if (c == SizeClass::small) {
-    if (chance(rng, 0.35)) hi = 64;
+  if (c == SizeClass::tiny) {
+    hi = 64;
   } else if (c == SizeClass::medium) {
     lo = kSmallMax + 1;
     hi = kMediumMax;
-  } else {
+  } else if (c == SizeClass::large) {
     lo = kLargeMin;
     hi = kLargeMax;
   }
@@ -198,7 +303,10 @@ Index draw_length(Rng& rng, SizeClass c, Index multiple) {
   return len;
 }
 
-SizeClass draw_class(Rng& rng) { return static_cast<SizeClass>(uniform(rng, 0, 2)); }
+SizeClass draw_class(Rng& rng, const GenConfig& cfg) {
+  std::discrete_distribution<int> pick(cfg.sizes.begin(), cfg.sizes.end());
+  return static_cast<SizeClass>(pick(rng));
+}
 
 /// A random partition of [0, n) into groups of possibly unequal sizes, members shuffled.
 pmap::Groups random_partition(Rng& rng, int n) {
@@ -233,51 +341,60 @@ pmap::Groups equal_partition(Rng& rng, int n) {
   return groups;
 }
 
-/// Fills in group_of and position.
-void index_groups(Step& st, int n) {
-  st.group_of.assign(static_cast<std::size_t>(n), 0);
-  st.position = iota(n);
-  for (std::size_t g = 0; g < st.groups.size(); ++g)
-    for (std::size_t k = 0; k < st.groups[g].size(); ++k) {
-      st.group_of[static_cast<std::size_t>(st.groups[g][k])] = static_cast<int>(g);
-      st.position[static_cast<std::size_t>(st.groups[g][k])] = static_cast<int>(k);
-    }
-}
-
-/// Per-group lengths for a grouped step: classes drawn per group, and most often one group
-/// large and another not, so that one group splits while another does not.
-std::vector<Index> group_lengths(Rng& rng, const pmap::Groups& groups, bool equal_multiple) {
+/// Operand lengths per team: classes drawn per team, and most often (cfg.mixed) one team
+/// large and another not, so that one team splits while another does not.
+std::vector<Index> team_lengths(Rng& rng, const pmap::Groups& teams, bool equal_multiple,
+                                const GenConfig& cfg) {
   std::vector<SizeClass> classes;
-  for (std::size_t g = 0; g < groups.size(); ++g) classes.push_back(draw_class(rng));
-  if (groups.size() >= 2 && chance(rng, 0.8)) {
-    // Prefer a group of two or more for the large one: a singleton never splits.
+  for (std::size_t g = 0; g < teams.size(); ++g) classes.push_back(draw_class(rng, cfg));
+  if (teams.size() >= 2 && chance(rng, cfg.mixed)) {
+    // Prefer a team of two or more for the large one: a singleton never splits.
     std::vector<int> multi;
-    for (std::size_t g = 0; g < groups.size(); ++g)
-      if (groups[g].size() >= 2) multi.push_back(static_cast<int>(g));
-    const int big = multi.empty() ? uniform(rng, 0, static_cast<int>(groups.size()) - 1)
+    for (std::size_t g = 0; g < teams.size(); ++g)
+      if (teams[g].size() >= 2) multi.push_back(static_cast<int>(g));
+    const int big = multi.empty() ? uniform(rng, 0, static_cast<int>(teams.size()) - 1)
                                   : multi[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(multi.size()) - 1))];
-    int other = uniform(rng, 0, static_cast<int>(groups.size()) - 2);
+    int other = uniform(rng, 0, static_cast<int>(teams.size()) - 2);
     if (other >= big) ++other;
     classes[static_cast<std::size_t>(big)] = SizeClass::large;
     classes[static_cast<std::size_t>(other)] = chance(rng, 0.5) ? SizeClass::small : SizeClass::medium;
   }
   std::vector<Index> lengths;
-  for (std::size_t g = 0; g < groups.size(); ++g)
+  for (std::size_t g = 0; g < teams.size(); ++g)
     lengths.push_back(draw_length(rng, classes[g],
-                                  equal_multiple ? static_cast<Index>(groups[g].size()) : 1));
+                                  equal_multiple ? static_cast<Index>(teams[g].size()) : 1));
   return lengths;
+}
+
+/// The program's launch and axes: a flat pmap of n devices, or a x b devices of a nested pmap
+/// or a shard_map (either axis may be 1).
+void draw_launch(Rng& rng, Program& prog, const GenConfig& cfg) {
+  const double r = std::uniform_real_distribution<double>(0, 1)(rng);
+  prog.launch = r < cfg.nested ? Launch::nested : r < cfg.nested + cfg.sharded ? Launch::sharded : Launch::flat;
+  const int n = uniform(rng, cfg.min_n, cfg.max_n);
+  if (prog.launch == Launch::flat) {
+    prog.geo = {n, 1};
+  } else {
+    std::vector<int> divisors;
+    for (int d = 1; d <= n; ++d)
+      if (n % d == 0) divisors.push_back(d);
+    const int b = divisors[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(divisors.size()) - 1))];
+    prog.geo = {n / b, b};
+  }
+  prog.n = prog.geo.devices();
 }
 
 Program generate(std::uint64_t seed, const GenConfig& cfg) {
   Rng rng(seed);
   Program prog;
   prog.seed = seed;
-  prog.n = uniform(rng, cfg.min_n, cfg.max_n);
+  draw_launch(rng, prog, cfg);
   prog.threads = uniform(rng, 1, cfg.max_threads);
   prog.integers = chance(rng, 0.35);
   prog.calls = uniform(rng, 2, 3);
   const int n = prog.n;
-  const int count = uniform(rng, 4, 12);  // at most kMaxSteps
+  const Geometry& geo = prog.geo;
+  const int count = uniform(rng, std::min(4, cfg.max_steps), cfg.max_steps);
 
   // Weights of the step kinds: grouped reductions, whole-axis reductions, gathers, ...
   enum Pick { grouped_reduce, whole_psum, whole_pmax, one_shuffled_group, gather_whole,
@@ -305,6 +422,10 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
     weights[a2a_grouped] = 3;
   }
   std::discrete_distribution<int> pick(weights.begin(), weights.end());
+  auto lateness = [&](Step& st) {
+    st.late = chance(rng, 0.3) ? uniform(rng, 0, n - 1) : -1;
+    st.delay = st.late < 0 ? Delay::none : chance(rng, cfg.yields) ? Delay::yield : Delay::sleep;
+  };
 
   for (int s = 0; s < count; ++s) {
     Step st;
@@ -313,69 +434,72 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
     if (s > 0 && chance(rng, 0.2)) {
       st = prog.steps.back();
       st.donate = is_reduction(st.kind) && chance(rng, 0.3);
-      st.late = chance(rng, 0.3) ? uniform(rng, 0, n - 1) : -1;
+      lateness(st);
       prog.steps.push_back(std::move(st));
       continue;
     }
+    // The axes: a flat program has one; a two-axis program most often names both.
+    if (prog.launch != Launch::flat) {
+      const int r = uniform(rng, 0, 9);
+      st.over = r < 3 ? Over::i : r < 6 ? Over::j : r < 9 ? Over::ij : Over::ji;
+    }
+    st.innermost = (st.over == (prog.launch == Launch::flat ? Over::i : Over::j)) && chance(rng, 0.3);
+    const int m = geo.size(st.over);
+    bool multiple = false;  // operands split into one block per team member
     const int what = pick(rng);
     switch (what) {
       case grouped_reduce: {
         const int r = uniform(rng, 0, 9);
         st.kind = r < 5 ? Kind::psum : r < 7 ? Kind::pmax : r < 8 ? Kind::pmin : Kind::pmean;
-        st.groups = random_partition(rng, n);
-        st.lengths = group_lengths(rng, st.groups, false);
+        st.groups = random_partition(rng, m);
         break;
       }
       case whole_psum:
       case whole_pmax:
         st.kind = what == whole_psum ? Kind::psum : Kind::pmax;
-        st.lengths = {draw_length(rng, draw_class(rng), 1)};
         break;
-      case one_shuffled_group: {  // the whole axis as one explicit group, in another order
+      case one_shuffled_group:  // the whole axis as one explicit group, in another order
         st.kind = chance(rng, 0.5) ? Kind::psum : Kind::pmin;
-        st.groups = {iota(n)};
+        st.groups = {iota(m)};
         std::shuffle(st.groups[0].begin(), st.groups[0].end(), rng);
-        st.lengths = {draw_length(rng, draw_class(rng), 1)};
         break;
-      }
       case gather_whole:
         st.kind = chance(rng, 0.5) ? Kind::all_gather : Kind::all_gather_tiled;
-        st.lengths = {draw_length(rng, draw_class(rng), 1)};
         break;
       case gather_grouped:
         st.kind = chance(rng, 0.5) ? Kind::all_gather : Kind::all_gather_tiled;
-        st.groups = equal_partition(rng, n);
-        st.lengths = group_lengths(rng, st.groups, false);
+        st.groups = equal_partition(rng, m);
         break;
       case permute: {
         st.kind = Kind::ppermute;
-        std::vector<int> destinations = iota(n);
+        std::vector<int> destinations = iota(m);
         std::shuffle(destinations.begin(), destinations.end(), rng);
         const double keep = uniform(rng, 0, 2) == 0 ? 1.0 : 0.6;
         std::size_t next = 0;
-        for (int src = 0; src < n; ++src)
+        for (int src = 0; src < m; ++src)
           if (chance(rng, keep)) st.perm.emplace_back(src, destinations[next++]);
         std::shuffle(st.perm.begin(), st.perm.end(), rng);
-        st.lengths = {draw_length(rng, draw_class(rng), 1)};
         break;
       }
       case scatter_whole:
       case a2a_whole:
         st.kind = what == scatter_whole ? Kind::psum_scatter : Kind::all_to_all;
-        st.lengths = {draw_length(rng, draw_class(rng), n)};
+        multiple = true;
         break;
       case scatter_grouped:
       case a2a_grouped:
         st.kind = what == scatter_grouped ? Kind::psum_scatter : Kind::all_to_all;
-        st.groups = equal_partition(rng, n);
-        st.lengths = group_lengths(rng, st.groups, true);
+        st.groups = equal_partition(rng, m);
+        multiple = true;
         break;
       default:
         break;
     }
+    derive(st, geo);
+    // ppermute's teams are the devices that share the other axes: one length each.
+    st.lengths = team_lengths(rng, st.teams, multiple, cfg);
     st.donate = is_reduction(st.kind) && chance(rng, 0.3);
-    st.late = chance(rng, 0.3) ? uniform(rng, 0, n - 1) : -1;
-    index_groups(st, n);
+    lateness(st);
     prog.steps.push_back(std::move(st));
   }
   return prog;
@@ -453,10 +577,27 @@ template <class T>
 using T1 = Tensor<T, 1>;
 using Summary = Tensor<std::int64_t, 1>;
 
+/// The names a step passes to its collective.
+pmap::AxisNames axis_names(const Step& st) {
+  if (st.innermost) return {};
+  switch (st.over) {
+    case Over::i: return "i";
+    case Over::j: return "j";
+    case Over::ij: return {"i", "j"};
+    case Over::ji: return {"j", "i"};
+  }
+  return {};
+}
+
+/// Device p's flat index.
+int flat_index(pmap::Context& ctx, const Program& prog) {
+  return prog.launch == Launch::flat ? ctx.axis_index("i") : ctx.axis_index({"i", "j"});
+}
+
 template <class T>
 Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
                    std::vector<std::int64_t>& trace) {
-  const int p = ctx.axis_index("i");
+  const int p = flat_index(ctx, prog);
   Summary out(kSummary);
   out.setZero();
   const std::vector<T> init = initial_state<T>(value, p);
@@ -471,7 +612,14 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
     T1<T> op(len);
     fill_operand(state.data(), state.size(), op.data(), len,
                  step_salt(static_cast<int>(s), call), mult);
-    if (st.late == p) std::this_thread::sleep_for(std::chrono::microseconds(30));
+    if (st.late == p) {
+      if (st.delay == Delay::yield) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(30));
+      }
+    }
+    const pmap::AxisNames axes = axis_names(st);
     // The result becomes the state; then it is poisoned too (a peer may read it in place).
     auto take = [&](auto& r) {
       using R = typename std::remove_reference_t<decltype(r)>::Scalar;
@@ -499,43 +647,43 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
     };
     switch (st.kind) {
       case Kind::psum:
-        reduce([&](auto&& x) { return ctx.psum(std::forward<decltype(x)>(x), "i", st.groups); });
+        reduce([&](auto&& x) { return ctx.psum(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
       case Kind::pmax:
-        reduce([&](auto&& x) { return ctx.pmax(std::forward<decltype(x)>(x), "i", st.groups); });
+        reduce([&](auto&& x) { return ctx.pmax(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
       case Kind::pmin:
-        reduce([&](auto&& x) { return ctx.pmin(std::forward<decltype(x)>(x), "i", st.groups); });
+        reduce([&](auto&& x) { return ctx.pmin(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
       case Kind::pmean:
-        reduce([&](auto&& x) { return ctx.pmean(std::forward<decltype(x)>(x), "i", st.groups); });
+        reduce([&](auto&& x) { return ctx.pmean(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
       case Kind::all_gather: {
-        Tensor<T, 2> r = ctx.all_gather(op, "i", 0, st.groups);
+        Tensor<T, 2> r = ctx.all_gather(op, axes, 0, st.groups);
         op.setConstant(poison);
         take(r);
         break;
       }
       case Kind::all_gather_tiled: {
-        T1<T> r = ctx.all_gather(op, "i", 0, pmap::tiled, st.groups);
+        T1<T> r = ctx.all_gather(op, axes, 0, pmap::tiled, st.groups);
         op.setConstant(poison);
         take(r);
         break;
       }
       case Kind::ppermute: {
-        T1<T> r = ctx.ppermute(op, "i", st.perm);
+        T1<T> r = ctx.ppermute(op, axes, st.perm);
         op.setConstant(poison);
         take(r);
         break;
       }
       case Kind::psum_scatter: {
-        T1<T> r = ctx.psum_scatter(op, "i", 0, pmap::tiled, st.groups);
+        T1<T> r = ctx.psum_scatter(op, axes, 0, pmap::tiled, st.groups);
         op.setConstant(poison);
         take(r);
         break;
       }
       case Kind::all_to_all: {
-        T1<T> r = ctx.all_to_all(op, "i", 0, 0, pmap::tiled, st.groups);
+        T1<T> r = ctx.all_to_all(op, axes, 0, 0, pmap::tiled, st.groups);
         op.setConstant(poison);
         take(r);
         break;
@@ -600,8 +748,7 @@ std::vector<std::vector<std::int64_t>> model(const Program& prog, int call) {
           break;
         case Kind::ppermute:
           r.assign(static_cast<std::size_t>(len), 0);
-          for (const auto& [src, dst] : st.perm)
-            if (dst == p) r = of(src);
+          if (st.source[up] >= 0) r = of(st.source[up]);
           break;
         case Kind::psum_scatter: {
           const std::int64_t block = len / g;
@@ -644,16 +791,22 @@ struct Coverage {
   int staged = 0;         ///< whole-axis collectives of at most 8 KiB per device
   int in_place = 0;       ///< collectives read in place (not staged, not split)
   int split = 0;          ///< reductions of >= 64 KiB per device over 2+ members
-  int mixed_groups = 0;   ///< grouped reductions whose groups take different paths
+  int mixed_groups = 0;   ///< reductions whose teams take different paths
   int threads_below_devices = 0;
+  int nested = 0;         ///< nested pmap programs
+  int sharded = 0;        ///< shard_map programs
+  int two_axes = 0;       ///< steps of two-axis programs that name both axes
+  int one_of_two = 0;     ///< steps of two-axis programs that name one axis
+  int innermost = 0;      ///< steps that name {}
+  int yields = 0;         ///< steps whose late device yields
 };
 
 /// The path device p's group takes in step st (0 staged, 1 in place, 2 split).
-int path_of(const Step& st, int p, int n, bool integers) {
+int path_of(const Step& st, int p, int axis_size, bool integers) {
   const Index bytes = st.length(p) * 4;
   const Index acc = st.kind == Kind::pmean && integers ? 8 : 4;
   const int members = st.group_size(p);
-  if (members == n && n > 1 && bytes <= 8 * 1024) return 0;
+  if (members == axis_size && members > 1 && bytes <= 8 * 1024) return 0;
   if (is_reduction(st.kind) && members > 1 && st.length(p) * acc >= 64 * 1024) return 2;
   return 1;
 }
@@ -661,15 +814,25 @@ int path_of(const Step& st, int p, int n, bool integers) {
 void tally(Coverage& cov, const Program& prog) {
   ++cov.programs;
   if (prog.threads < prog.n) ++cov.threads_below_devices;
+  cov.nested += prog.launch == Launch::nested;
+  cov.sharded += prog.launch == Launch::sharded;
   for (const Step& st : prog.steps) {
     ++cov.steps;
     std::vector<int> seen(3, 0);
-    for (int p = 0; p < prog.n; ++p) seen[static_cast<std::size_t>(path_of(st, p, prog.n, prog.integers))] = 1;
+    for (int p = 0; p < prog.n; ++p)
+      seen[static_cast<std::size_t>(path_of(st, p, prog.geo.size(st.over), prog.integers))] = 1;
     cov.staged += seen[0];
     cov.in_place += seen[1];
     cov.split += seen[2];
-    if (is_reduction(st.kind) && st.groups.size() >= 2 && seen[0] + seen[1] + seen[2] >= 2)
+    if (is_reduction(st.kind) && st.teams.size() >= 2 && seen[0] + seen[1] + seen[2] >= 2)
       ++cov.mixed_groups;
+    if (prog.launch != Launch::flat) {
+      const bool both = st.over == Over::ij || st.over == Over::ji;
+      cov.two_axes += both;
+      cov.one_of_two += !both;
+    }
+    cov.innermost += st.innermost;
+    cov.yields += st.delay == Delay::yield;
   }
 }
 
@@ -734,26 +897,57 @@ pmap::Runtime& runtime_for(int n, int threads) {
   return *rt;
 }
 
-/// Runs prog for prog.calls calls on one Mapped, stopping at the first call that fails.
+/// Runs prog for prog.calls calls on one Mapped (of its launch), stopping at the first call
+/// that fails. Flat device p receives call * 100 + p.
 template <class T>
 Outcome run_program(const Program& prog) {
   pmap::Runtime& rt = runtime_for(prog.n, prog.threads);
+  const Geometry& geo = prog.geo;
   int call = 0;
   Trace trace;
-  auto f = pmap::pmap(
-      [&prog, &call, &trace](pmap::Context& ctx, auto v) {
-        return run_device<T>(ctx, prog, static_cast<int>(v(0)), call,
-                             trace[static_cast<std::size_t>(ctx.axis_index("i"))]);
+  auto device = [&](pmap::Context& ctx, float value) {
+    return run_device<T>(ctx, prog, static_cast<int>(value), call,
+                         trace[static_cast<std::size_t>(flat_index(ctx, prog))]);
+  };
+  auto flat = pmap::pmap([&](pmap::Context& ctx, auto v) { return device(ctx, v(0)); }, on_axis(rt));
+  auto nested = pmap::pmap(
+      [&](pmap::Context&, auto xi) {
+        auto inner = pmap::pmap([&](pmap::Context& ctx, auto v) { return device(ctx, v(0)); },
+                                on_axis(rt, "j"));
+        return inner(xi);
       },
-      on_axis(rt));
-  Tensor<float, 2> x(prog.n, 1);
+      on_axis(rt, "i"));
+  const pmap::Mesh mesh({{"i", geo.a}, {"j", geo.b}}, &rt);
+  auto sharded = pmap::shard_map(
+      [&](pmap::Context& ctx, auto block) {
+        const Summary s = device(ctx, block(0, 0, 0));
+        Tensor<std::int64_t, 3> out(1, 1, kSummary);
+        for (Index k = 0; k < kSummary; ++k) out(0, 0, k) = s(k);
+        return out;
+      },
+      mesh, {pmap::P("i", "j")}, {pmap::P("i", "j")});
+  auto run = [&]() -> Tensor<std::int64_t, 2> {
+    if (prog.launch == Launch::flat) {
+      Tensor<float, 2> x(prog.n, 1);
+      for (int p = 0; p < prog.n; ++p) x(p, 0) = static_cast<float>(call * 100 + p);
+      return flat(x);
+    }
+    Tensor<float, 3> x(geo.a, geo.b, 1);
+    for (int p = 0; p < prog.n; ++p) x(p / geo.b, p % geo.b, 0) = static_cast<float>(call * 100 + p);
+    const Tensor<std::int64_t, 3> r = prog.launch == Launch::nested ? nested(x) : sharded(x);
+    if (r.dimension(0) != geo.a || r.dimension(1) != geo.b || r.dimension(2) != kSummary)
+      return Tensor<std::int64_t, 2>(r.dimension(0), r.dimension(1) * r.dimension(2));
+    Tensor<std::int64_t, 2> got(prog.n, kSummary);
+    for (int p = 0; p < prog.n; ++p)
+      for (Index k = 0; k < kSummary; ++k) got(p, k) = r(p / geo.b, p % geo.b, k);
+    return got;
+  };
   for (call = 0; call < prog.calls; ++call) {
-    for (int p = 0; p < prog.n; ++p) x(p, 0) = static_cast<float>(call * 100 + p);
     trace.assign(static_cast<std::size_t>(prog.n), std::vector<std::int64_t>(prog.steps.size(), kUnset));
     const Want want = model<T>(prog, call);
     const std::string where = "call " + std::to_string(call) + ": ";
     try {
-      const Tensor<std::int64_t, 2> got = f(x);
+      const Tensor<std::int64_t, 2> got = run();
       const std::string diff = compare(prog, want, got);
       if (!diff.empty()) return {where + diff, false, true};
     } catch (const std::exception& e) {
@@ -769,8 +963,9 @@ Outcome run_program(const Program& prog) {
 }
 
 /// Generates and runs `programs` programs from seeds base, base + 1, ...; reports up to three
-/// failing programs of each kind in full and checks what the programs covered.
-void run_programs(std::uint64_t base, int programs, const GenConfig& cfg) {
+/// failing programs of each kind in full and, unless soaking, checks that the programs covered
+/// what cfg asks for.
+void run_programs(std::uint64_t base, int programs, const GenConfig& cfg, bool check_coverage = true) {
   Watchdog watchdog("test_random", kHangLimit);
   Coverage cov;
   int wrong = 0;             // returned wrong values
@@ -792,19 +987,37 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg) {
                        << " returned values other than the model's, " << wrong_then_threw
                        << " computed wrong values and then threw, " << threw
                        << " threw with every state before the error right";
-  // The generator reaches every path, and grouped reductions whose groups take different ones.
-  EXPECT_GT(cov.staged, 0);
-  EXPECT_GT(cov.in_place, 0);
-  EXPECT_GT(cov.split, 0);
-  EXPECT_GE(cov.mixed_groups, programs / 2);
-  EXPECT_GT(cov.threads_below_devices, 0);
   testing::Test::RecordProperty("programs", cov.programs);
   testing::Test::RecordProperty("steps", cov.steps);
   testing::Test::RecordProperty("mixed_grouped_steps", cov.mixed_groups);
+  if (!check_coverage) return;
+  // The generator reaches every path, and reductions whose teams take different ones.
+  EXPECT_GT(cov.staged, 0);
+  EXPECT_GT(cov.in_place, 0);
+  if (cfg.sizes[3] > 0) {
+    EXPECT_GT(cov.split, 0);
+  }
+  EXPECT_GE(cov.mixed_groups, cfg.mixed >= 0.5 ? programs / 2 : 1);
+  EXPECT_GT(cov.threads_below_devices, 0);
+  if (cfg.nested > 0) {
+    EXPECT_GT(cov.nested, 0);
+  }
+  if (cfg.sharded > 0) {
+    EXPECT_GT(cov.sharded, 0);
+  }
+  if (cfg.nested + cfg.sharded > 0) {
+    EXPECT_GT(cov.two_axes, 0);
+    EXPECT_GT(cov.one_of_two, 0);
+  }
+  EXPECT_GT(cov.innermost, 0);
+  if (cfg.yields > 0) {
+    EXPECT_GT(cov.yields, 0);
+  }
 }
 
-/// Programs per TEST: 180 in all (about 5 s on two idle cores); ASan runs about 4x slower,
-/// TSan about 15x (measured: 5 s and 23 s for 80 and 40 programs on two busy cores).
+/// Programs per heavy TEST (operands up to 117 KiB, mostly grouped steps with one team split):
+/// 180 in all (about 9 s on two idle cores); ASan runs about 4x slower, TSan about 15x
+/// (measured: 5 s and 23 s for 80 and 40 programs on two busy cores).
 constexpr int kPrograms = kThreadSanitizer ? 10 : kSanitized ? 20 : 45;
 
 TEST(RandomPrograms, GroupedReductionsBetweenWholeAxisCollectives) {
@@ -818,8 +1031,12 @@ TEST(RandomPrograms, MixedCollectivesA) {
   run_programs(2000, kPrograms, GenConfig{});
 }
 
-TEST(RandomPrograms, MixedCollectivesB) {
-  run_programs(3000, kPrograms, GenConfig{});
+/// Half of these programs are nested pmaps or shard_maps over two axes.
+TEST(RandomPrograms, MixedCollectivesOverTwoAxes) {
+  GenConfig cfg;
+  cfg.nested = 0.25;
+  cfg.sharded = 0.25;
+  run_programs(3000, kPrograms, cfg);
 }
 
 TEST(RandomPrograms, ManyDevicesFewThreads) {
@@ -828,6 +1045,28 @@ TEST(RandomPrograms, ManyDevicesFewThreads) {
   cfg.max_threads = 2;
   run_programs(4000, kPrograms, cfg);
 }
+
+/// The many-programs run: shorter programs of mostly small operands (the latency paths where
+/// barriers and staging interleave most), a quarter each nested pmap and shard_map, late
+/// devices that yield or sleep.
+GenConfig bulk_config() {
+  GenConfig cfg;
+  cfg.nested = 0.25;
+  cfg.sharded = 0.25;
+  cfg.sizes = {0.45, 0.4, 0.12, 0.03};
+  cfg.mixed = 0.15;
+  cfg.max_steps = 8;
+  cfg.yields = 0.5;
+  return cfg;
+}
+
+/// Programs per bulk TEST: 2,000 in all in a release build.
+constexpr int kBulkPrograms = kThreadSanitizer ? 25 : kSanitized ? 100 : 500;
+
+TEST(RandomPrograms, Bulk0) { run_programs(100000, kBulkPrograms, bulk_config()); }
+TEST(RandomPrograms, Bulk1) { run_programs(200000, kBulkPrograms, bulk_config()); }
+TEST(RandomPrograms, Bulk2) { run_programs(300000, kBulkPrograms, bulk_config()); }
+TEST(RandomPrograms, Bulk3) { run_programs(400000, kBulkPrograms, bulk_config()); }
 
 /// Soak mode: PMAP_SOAK_SECONDS=600 runs programs of every configuration above, from a seed
 /// drawn at start (printed; PMAP_SOAK_SEED sets it), in batches until the time is up.
@@ -843,16 +1082,22 @@ TEST(RandomPrograms, Soak) {
   GenConfig crowded;
   crowded.min_n = 5;
   crowded.max_threads = 2;
-  const GenConfig configs[] = {GenConfig{}, grouped, crowded};
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(std::atol(seconds));
+  GenConfig two_axes;
+  two_axes.nested = 0.25;
+  two_axes.sharded = 0.25;
+  const GenConfig configs[] = {GenConfig{}, grouped, crowded, two_axes, bulk_config(), bulk_config()};
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::seconds(std::atol(seconds));
   constexpr int kBatch = 50;
   long programs = 0;
   for (int b = 0; std::chrono::steady_clock::now() < end && !testing::Test::HasFailure(); ++b) {
-    run_programs(seed, kBatch, configs[b % 3]);  // a failure prints the seed of its program
+    // A failure prints the seed of its program.
+    run_programs(seed, kBatch, configs[b % std::size(configs)], /*check_coverage=*/false);
     seed += kBatch;
     programs += kBatch;
   }
-  std::printf("soak: %ld programs\n", programs);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("soak: %ld programs in %.0f s\n", programs, elapsed);
 }
 
 }  // namespace
