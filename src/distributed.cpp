@@ -3,9 +3,16 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "pmap/detail/dispatch.hpp"
 #include "pmap/detail/errors.hpp"
@@ -25,6 +32,7 @@ namespace {
 struct State {
   bool initialized = false;  // distributed::initialize() was called
   bool owns_mpi = false;     // ... and it initialised MPI
+  bool thread_multiple = false;  // MPI may be called from any thread at once
   int size = 1;
   int rank = 0;
 #if PMAP_WITH_MPI
@@ -35,6 +43,116 @@ struct State {
 State& state() {
   static State s;
   return s;
+}
+
+/// PMAP_PROCESS_TIMEOUT: seconds a process waits in MPI for the others before it ends the
+/// job (unset: 600, as torch.distributed's default; 0: forever).
+int process_timeout_from_env() {
+  const char* value = std::getenv("PMAP_PROCESS_TIMEOUT");
+  if (!value || !*value) return 600;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  if (*end != '\0' || parsed < 0 || parsed > 1000000)
+    raise_value_error(fmt::format(
+        "PMAP_PROCESS_TIMEOUT must be a number of seconds (0 waits forever), got '{}'", value));
+  return static_cast<int>(parsed);
+}
+
+/// Ends the job when this process has waited in one MPI exchange for longer than the
+/// timeout. A process that never arrives (it threw before its call, returned early, or its
+/// kernel does not return) would otherwise leave every other process blocked in MPI for
+/// good: MPI cannot cancel a blocking collective, so the only way out is MPI_Abort, which
+/// mpirun turns into the end of every process with an error. The exchanges themselves stay
+/// blocking MPI calls (OpenMPI's tuned collectives, not the slower nonblocking schedules);
+/// entering and leaving one costs two relaxed atomic increments, and a thread samples them
+/// every 100 ms.
+class StallWatch {
+ public:
+  /// Counts one exchange as in progress for its lifetime.
+  class Scope {
+   public:
+    Scope(StallWatch& watch, const char* what) : watch_(watch) {
+      watch_.what_.store(what, std::memory_order_relaxed);
+      watch_.waiting_.fetch_add(1, std::memory_order_relaxed);
+      watch_.epoch_.fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Scope() {
+      watch_.waiting_.fetch_sub(1, std::memory_order_relaxed);
+      watch_.epoch_.fetch_add(1, std::memory_order_relaxed);
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    StallWatch& watch_;
+  };
+
+  void start(int seconds) {
+    if (seconds == 0 || thread_.joinable()) return;
+    stop_ = false;
+    timeout_ = std::chrono::seconds(seconds);
+    thread_ = std::thread([this] { watch(); });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  ~StallWatch() { stop(); }
+
+ private:
+  void watch() {
+    using clock = std::chrono::steady_clock;
+    std::uint64_t last_epoch = epoch_.load(std::memory_order_relaxed);
+    clock::time_point since = clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
+      const std::uint64_t epoch = epoch_.load(std::memory_order_relaxed);
+      const clock::time_point now = clock::now();
+      if (epoch != last_epoch || waiting_.load(std::memory_order_relaxed) == 0) {
+        last_epoch = epoch;
+        since = now;
+        continue;
+      }
+      if (now - since >= timeout_) abort_job();
+    }
+  }
+
+  [[noreturn]] void abort_job() {
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout_).count();
+    std::fprintf(stderr,
+                 "pmap: process %d of %d has waited %lld s in %s for the other processes "
+                 "(PMAP_PROCESS_TIMEOUT=%lld); a process that never arrives (it failed before "
+                 "the call, returned early, or its kernel does not return) would leave the job "
+                 "waiting forever: aborting the job\n",
+                 state().rank, state().size, static_cast<long long>(seconds),
+                 what_.load(std::memory_order_relaxed), static_cast<long long>(seconds));
+    std::fflush(stderr);
+#if PMAP_WITH_MPI
+    // From another thread only when MPI allows it; otherwise the process dies and mpirun
+    // ends the others.
+    if (state().thread_multiple) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+    std::abort();
+  }
+
+  std::atomic<int> waiting_{0};
+  std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<const char*> what_{"MPI"};
+  std::chrono::steady_clock::duration timeout_{};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+StallWatch& stall_watch() {
+  static StallWatch watch;
+  return watch;
 }
 
 #if PMAP_WITH_MPI
@@ -53,10 +171,11 @@ void check(int rc, const char* what) {
 int size() { return state().size; }
 int rank() { return state().rank; }
 
-std::vector<Header> exchange_headers(const Header& mine) {
+std::vector<Header> exchange_headers(const Header& mine, const char* waiting_in) {
   std::vector<Header> all(static_cast<std::size_t>(size()));
 #if PMAP_WITH_MPI
   if (size() > 1) {
+    const StallWatch::Scope waiting(stall_watch(), waiting_in);
     check(MPI_Allgather(&mine, sizeof(Header), MPI_BYTE, all.data(), sizeof(Header), MPI_BYTE,
                         state().comm),
           "MPI_Allgather");
@@ -80,6 +199,7 @@ std::vector<std::string> exchange_messages(const std::vector<Header>& headers,
       total += static_cast<int>(h.message_bytes);
     }
     std::vector<char> buffer(static_cast<std::size_t>(total) + 1);
+    const StallWatch::Scope waiting(stall_watch(), "an exchange of failure messages");
     check(MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, buffer.data(),
                          counts.data(), displs.data(), MPI_CHAR, state().comm),
           "MPI_Allgatherv");
@@ -104,6 +224,7 @@ void allgather(const void* in, std::size_t bytes, void* out) {
     }
     if (count > static_cast<std::size_t>(INT32_MAX))
       throw std::length_error("pmap: collective payload too large for MPI_Allgather");
+    const StallWatch::Scope waiting(stall_watch(), "a collective across processes");
     check(MPI_Allgather(in, static_cast<int>(count), type, out, static_cast<int>(count), type,
                         state().comm),
           "MPI_Allgather");
@@ -129,6 +250,7 @@ bool allreduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
   if (count > static_cast<std::size_t>(INT32_MAX)) return false;
   if (size() > 1) {
     const MPI_Op mpi_op = op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN;
+    const StallWatch::Scope waiting(stall_watch(), "a reduction across processes");
     check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, mpi_op, state().comm),
           "MPI_Allreduce");
   }
@@ -150,7 +272,7 @@ Failure finish_call(Status status, int device, const std::string& message) {
   // Processes still inside a collective meet this header there, fail, and come here too.
   std::vector<Header> all;
   for (;;) {
-    all = exchange_headers(mine);
+    all = exchange_headers(mine, "the end of a call");
     bool everyone_done = true;
     for (const Header& h : all)
       everyone_done = everyone_done && (h.status == Status::done || h.status == Status::done_failed ||
@@ -188,7 +310,7 @@ void agree_on_call(Verdict verdict, const std::string& error, std::int64_t n,
   const std::string& text = verdict == Verdict::valid ? description : error;
   mine.signature = std::hash<std::string>{}(text);
   mine.message_bytes = text.size();
-  const std::vector<mpi::Header> all = mpi::exchange_headers(mine);
+  const std::vector<mpi::Header> all = mpi::exchange_headers(mine, "the start of a call");
   bool any_failed = false, differ = false;
   for (const mpi::Header& h : all) {
     any_failed = any_failed || h.status != mpi::Status::ok;
@@ -244,6 +366,7 @@ namespace distributed {
 void initialize() {
   auto& s = detail::mpi::state();
   if (s.initialized) return;
+  const int timeout = detail::mpi::process_timeout_from_env();  // a bad value fails before MPI starts
 #if PMAP_WITH_MPI
   int already = 0;
   detail::mpi::check(MPI_Initialized(&already), "MPI_Initialized");
@@ -253,10 +376,14 @@ void initialize() {
                        "MPI_Init_thread");
     s.owns_mpi = true;
   }
+  int level = 0;
+  detail::mpi::check(MPI_Query_thread(&level), "MPI_Query_thread");
+  s.thread_multiple = level == MPI_THREAD_MULTIPLE;
   detail::mpi::check(MPI_Comm_dup(MPI_COMM_WORLD, &s.comm), "MPI_Comm_dup");
   detail::mpi::check(MPI_Comm_size(s.comm, &s.size), "MPI_Comm_size");
   detail::mpi::check(MPI_Comm_rank(s.comm, &s.rank), "MPI_Comm_rank");
 #endif
+  if (s.size > 1) detail::mpi::stall_watch().start(timeout);
   s.initialized = true;
   Runtime::global().span_processes();
 }
@@ -264,6 +391,7 @@ void initialize() {
 void finalize() {
   auto& s = detail::mpi::state();
   if (!s.initialized) return;
+  detail::mpi::stall_watch().stop();
 #if PMAP_WITH_MPI
   MPI_Comm_free(&s.comm);
   if (s.owns_mpi) {

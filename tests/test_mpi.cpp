@@ -10,6 +10,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -207,6 +209,74 @@ TEST(Mpi, KernelThatThrowsOnOneProcessFailsEverywhere) {
   auto g = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
                       {.axis_name = "i", .runtime = multi});
   EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
+}
+
+/// Kernel-exception injection across processes: a program of five collectives (small and
+/// large psum, all_gather, ppermute, grouped pmax) in which device `thrower` throws at point
+/// `point` (0-4: before collective k; 5: after the last), for every device of every process
+/// and every point. The thrower's process gets the kernel's exception unchanged, every other
+/// process a DeviceError naming the device and its process; no process waits; the next call
+/// on the same Mapped is right.
+TEST(Mpi, KernelExceptionAtEveryPointOfEveryDevice) {
+  int thrower = -1, point = -1;
+  const int n = global_n();
+  std::vector<std::pair<int, int>> ring;
+  pmap::Groups parity(2);
+  for (int d = 0; d < n; ++d) {
+    ring.emplace_back(d, (d + 1) % n);
+    parity[static_cast<std::size_t>(d % 2)].push_back(d);
+  }
+  auto kernel = [&](pmap::Context& ctx, auto v) {
+    const int d = ctx.axis_index("i");
+    auto at = [&](int j) {
+      if (d == thrower && j == point)
+        throw std::out_of_range("boom at point " + std::to_string(j) + " on device " + std::to_string(d));
+    };
+    at(0);
+    Vec a = ctx.psum(v, "i");
+    at(1);
+    auto g = ctx.all_gather(a, "i");
+    at(2);
+    Vec p = ctx.ppermute(a, "i", ring);
+    at(3);
+    Vec big(20000);  // 80 KB: the split path of a reduction
+    big.setConstant(static_cast<float>(d));
+    Vec s = ctx.psum(std::move(big), "i");
+    at(4);
+    Vec m = ctx.pmax(p, "i", parity);
+    at(5);
+    m(0) += s(19999) + g(n - 1, 0);
+    return m;
+  };
+  const Mat x = global_input(6);
+  auto on_multi = pmap::pmap(kernel, {.axis_name = "i", .runtime = multi});
+  const Mat want = local_rows(pmap::pmap(kernel, {.axis_name = "i", .runtime = single})(x));
+  int injected = 0;
+  for (thrower = 0; thrower < n; ++thrower)
+    for (point = 0; point <= 5; ++point) {
+      const std::string where = "device " + std::to_string(thrower) + " point " + std::to_string(point);
+      const int owner = thrower / kLocal;
+      try {
+        on_multi(local_rows(x));
+        ADD_FAILURE() << where << ": no error";
+      } catch (const std::out_of_range& e) {
+        EXPECT_EQ(rank(), owner) << where;
+        EXPECT_EQ(std::string(e.what()), "boom at point " + std::to_string(point) + " on device " +
+                                             std::to_string(thrower));
+      } catch (const pmap::DeviceError& e) {
+        EXPECT_NE(rank(), owner) << where << ": " << e.what();
+        EXPECT_EQ(e.device_id(), thrower) << where;
+        EXPECT_NE(std::string(e.what()).find("process " + std::to_string(owner)), std::string::npos)
+            << where << ": " << e.what();
+      }
+      ++injected;
+      const int saved = thrower;
+      thrower = -1;
+      expect_equal(on_multi(local_rows(x)), want);
+      thrower = saved;
+    }
+  EXPECT_EQ(injected, 6 * n);
+  testing::Test::RecordProperty("injected", injected);
 }
 
 TEST(Mpi, ProcessesCallingDifferentCollectivesFail) {

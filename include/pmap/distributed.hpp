@@ -21,6 +21,11 @@
 /// @endcode
 ///
 /// Thread safety: under MPI, run one mapped call at a time per process.
+///
+/// Faults: a kernel that throws on one process reaches every process (the exception where it
+/// was thrown, a DeviceError naming it elsewhere). A process that waits in one exchange for
+/// longer than `PMAP_PROCESS_TIMEOUT` seconds (default 600, 0 = forever) because another
+/// process never arrives ends the job with MPI_Abort and a message on stderr.
 #pragma once
 
 namespace pmap::distributed {

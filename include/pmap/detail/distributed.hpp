@@ -30,8 +30,10 @@ struct Header {
   std::uint64_t message_bytes = 0;   ///< failure message length
 };
 
-/// All processes' headers, in rank order.
-std::vector<Header> exchange_headers(const Header& mine);
+/// All processes' headers, in rank order. `waiting_in` names the exchange in the message of
+/// a process that waits for the others past PMAP_PROCESS_TIMEOUT.
+std::vector<Header> exchange_headers(const Header& mine,
+                                     const char* waiting_in = "a collective across processes");
 /// Gathers every process's failure message (after a header round that announced them).
 std::vector<std::string> exchange_messages(const std::vector<Header>& headers,
                                            const std::string& mine);
