@@ -9,7 +9,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
+#include <utility>
 
 #include <oneapi/tbb/task_arena.h>
 #include <pmap/pmap.hpp>
@@ -75,6 +78,41 @@ void pmap_float_into(benchmark::State& state) {
   finish(state, s, "pmap_float_into");
 }
 
+// Four scalar psums per dispatch, untraced and while a pmap::trace records: the difference
+// in time per dispatch over the events a dispatch records (counted in the written trace) is
+// the cost of one event. A fixed iteration count keeps the trace's memory bounded.
+void pmap_psums(benchmark::State& state, bool traced) {
+  Setup s(state);
+  pmap::Runtime rt({.num_devices = s.devices, .num_threads = s.threads});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto row) {
+        float v = row(0);
+        for (int k = 0; k < 4; ++k) v = ctx.psum(v, "i");
+        return v;
+      },
+      {.axis_name = "i", .runtime = &rt});
+  const std::string path = "/tmp/pmap_bench_dispatch_trace.json";
+  if (traced) pmap::trace::start(path);
+  std::int64_t calls = 0;
+  for (auto _ : state) {
+    Tensor1 r = f(s.x);
+    benchmark::DoNotOptimize(r.data());
+    ++calls;
+  }
+  if (traced) {
+    pmap::trace::stop();
+    std::ifstream in(path);
+    std::int64_t events = 0;
+    for (std::string line; std::getline(in, line);)
+      events += line.find("\"ph\":") != std::string::npos && line.find("\"ph\":\"M\"") == std::string::npos;
+    state.counters["events_per_dispatch"] = static_cast<double>(events) / static_cast<double>(calls);
+    std::remove(path.c_str());
+  }
+  finish(state, s, traced ? "pmap_psums_traced" : "pmap_psums");
+}
+void pmap_psums_untraced(benchmark::State& state) { pmap_psums(state, false); }
+void pmap_psums_traced(benchmark::State& state) { pmap_psums(state, true); }
+
 void tbb(benchmark::State& state) {
   Setup s(state);
   tbb::task_arena arena(s.threads);
@@ -114,6 +152,12 @@ void register_all() {
         ->Arg(8)
         ->UseRealTime()
         ->MinTime(0.5);
+  const std::pair<const char*, void (*)(benchmark::State&)> traced[] = {
+      {"trace/pmap_psums", pmap_psums_untraced},
+      {"trace/pmap_psums_traced", pmap_psums_traced},
+  };
+  for (const auto& [name, fn] : traced)
+    benchmark::RegisterBenchmark(name, fn)->ArgName("devices")->Arg(1)->Arg(2)->Arg(8)->UseRealTime()->Iterations(20000);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "pmap/detail/dispatch.hpp"
 #include "pmap/detail/errors.hpp"
 #include "pmap/detail/team.hpp"
+#include "pmap/detail/trace_events.hpp"
 #include "pmap/errors.hpp"
 #include "pmap/distributed.hpp"
 #include "pmap/runtime.hpp"
@@ -385,6 +386,7 @@ void initialize() {
 #endif
   if (s.size > 1) detail::mpi::stall_watch().start(timeout);
   s.initialized = true;
+  detail::tracing::set_process(s.rank, s.size);
   Runtime::global().span_processes();
 }
 

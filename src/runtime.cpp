@@ -12,6 +12,7 @@
 #include "pmap/detail/errors.hpp"
 #include "pmap/distributed.hpp"
 #include "pmap/detail/pool.hpp"
+#include "pmap/detail/trace_events.hpp"
 #include "pmap/logging.hpp"
 
 namespace pmap {
@@ -48,6 +49,7 @@ std::string Device::to_string() const { return fmt::format("cpu:{}", id); }
 
 
 Runtime::Runtime(RuntimeConfig config) {
+  detail::tracing::start_from_environment();
   if (config.num_devices < 0 || config.num_threads < 0)
     detail::raise_value_error(fmt::format(
         "RuntimeConfig needs num_devices >= 0 and num_threads >= 0, got {} and {}",

@@ -64,6 +64,11 @@ class SpinWaiter {
   thread.run = saved.run;
 }
 
+std::uint64_t next_team_serial() {
+  static std::atomic<std::uint64_t> teams{0};
+  return teams.fetch_add(1, std::memory_order_relaxed) << 24;
+}
+
 std::string device_list(const std::vector<int>& ids) {
   if (ids.size() == 1) return fmt::format("device {}", ids[0]);
   return fmt::format("devices [{}]", fmt::join(ids, ", "));
@@ -95,7 +100,8 @@ Team::Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_
       slots_(new Slot[static_cast<std::size_t>(size)]),
       may_spin_((local_count < 0 ? size : local_count) <= num_threads),
       local_begin_(local_begin),
-      local_count_(local_count < 0 ? size : local_count) {
+      local_count_(local_count < 0 ? size : local_count),
+      serial_(next_team_serial()) {
   for (int m = local_begin_; m < local_begin_ + local_count_; ++m) local_members_.push_back(m);
   int stride = 1;
   for (int a = num_axes_ - 1; a >= 0; --a) {
@@ -123,6 +129,7 @@ void Team::reset() {
   error_device_ = -1;
   child_.reset();
   exchange_.reset();
+  ++serial_;
 }
 
 bool Team::reached(std::span<const int> members, std::uint64_t target, int me) {
@@ -165,7 +172,11 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
   mine.phase.store(target, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
   if (!may_spin_) {
-    if (!reached(members, target, me)) suspend_until(me, members, target);
+    if (!reached(members, target, me)) {
+      const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
+      suspend_until(me, members, target);
+      if (waited >= 0) tracing::wait(*this, me, waited);
+    }
     return;
   }
   // How long this device works between barriers, on average: a peer waiting for a thread is
@@ -175,6 +186,7 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
     mine.phase_length += (now - mine.departed - mine.phase_length) / 4;
   mine.departed = now;  // the next phase starts now unless this one waits
   if (reached(members, target, me)) return;
+  const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
   SpinWaiter waiter(mine.phase_length);
   for (int i = 0;; ++i) {
     if (cancelled()) throw Cancelled{};
@@ -186,6 +198,7 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
     cpu_relax();
   }
   mine.departed = Clock::now();
+  if (waited >= 0) tracing::wait(*this, me, waited);
 }
 
 Team::Awaited Team::awaited(std::span<const int> members, std::uint64_t target) const {
@@ -243,9 +256,11 @@ bool Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
         if (draining) return false;
         throw DeviceError(device_id(me), describe_deadlock());
       }
+      if (tracing::recording()) tracing::suspend(*this, me);
       suspend_locked(mine, blocked);
     }
     resumed(mine, saved);
+    if (tracing::recording()) tracing::resume(*this, me);
     if (!draining && cancelled()) throw Cancelled{};
   }
 }
@@ -322,9 +337,17 @@ bool Team::fail(std::exception_ptr error, int member) {
   return first;
 }
 
+const std::string& Team::trace_axes() {
+  if (trace_axes_.empty())
+    for (int a = 0; a < num_axes_; ++a)
+      trace_axes_ += fmt::format("{}{}={}", a ? "," : "", axes_[a].name, axes_[a].size);
+  return trace_axes_;
+}
+
 void Team::make_child(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
                       int num_threads) {
   auto child = std::make_shared<Team>(size, axes, std::move(device_ids), num_threads);
+  child->nesting_ = nesting_ + 1;
   tbb::spin_mutex::scoped_lock guard(lock_);
   child_ = std::move(child);
   if (cancelled()) child_->fail(std::make_exception_ptr(Cancelled{}));

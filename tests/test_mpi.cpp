@@ -301,6 +301,40 @@ TEST(Mpi, ProcessesCallingDifferentCollectivesFail) {
   EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
 }
 
+/// A trace of a multi-process call: one file per process ({process} in the path), each
+/// with its own process index as pid and its own devices' tracks.
+TEST(Mpi, TraceWritesOneFilePerProcess) {
+  const std::string pattern = "/tmp/pmap_mpi_trace_np" + std::to_string(procs()) + "_{process}.json";
+  auto path_of = [&](int p) {
+    return "/tmp/pmap_mpi_trace_np" + std::to_string(procs()) + "_" + std::to_string(p) + ".json";
+  };
+  std::remove(path_of(rank()).c_str());
+  auto f = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
+                      {.axis_name = "i", .runtime = multi});
+  Vec x(kLocal);
+  x.setConstant(1.f);
+  pmap::trace::start(pattern);
+  EXPECT_EQ(f(x)(0), static_cast<float>(global_n()));
+  pmap::trace::stop();
+  EXPECT_EQ(f(x)(0), static_cast<float>(global_n()));  // every process has written its file
+  for (int p = 0; p < procs(); ++p) {
+    std::FILE* file = std::fopen(path_of(p).c_str(), "rb");
+    ASSERT_NE(file, nullptr) << path_of(p);
+    std::string text;
+    char buffer[4096];
+    for (std::size_t got; (got = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, got);
+    std::fclose(file);
+    EXPECT_NE(text.find("\"pid\":" + std::to_string(p) + ","), std::string::npos) << path_of(p);
+    EXPECT_EQ(text.find("\"pid\":" + std::to_string((p + 1) % procs()) + ","), std::string::npos) << path_of(p);
+    EXPECT_NE(text.find("pmap process " + std::to_string(p)), std::string::npos);
+    // This process's devices only: global ids p * kLocal ...
+    const int first = p * kLocal;
+    EXPECT_NE(text.find("(cpu:" + std::to_string(first) + ")"), std::string::npos) << path_of(p);
+    EXPECT_NE(text.find("\"name\":\"psum\""), std::string::npos);
+    EXPECT_NE(text.find("\"path\":\"gathered\""), std::string::npos);
+  }
+}
+
 /// The other processes report only their failures, tagged with the process.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestPartResult(const ::testing::TestPartResult& result) override {

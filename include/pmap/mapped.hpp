@@ -172,15 +172,17 @@ class Mapped {
         return make_views<M>(i, staging, std::index_sequence_for<Args...>{}, args...);
       };
       auto lease = [&] { return lease_team(outer, call, processes); };
+      auto arguments = [&] { return detail::describe_arguments(args...); };
       auto finish = [&] {
         if (timer.on()) detail::log_dispatch(options_.name, n, call.devices, leaves(args...), timer.microseconds());
       };
       if constexpr (std::is_void_v<R>) {
-        detail::execute<R>(kernel_, out_, target, call, *runtime_, processes, options_.check_replicated, lease, views);
+        detail::execute<R>(kernel_, out_, target, call, *runtime_, processes, options_.check_replicated, lease,
+                           views, arguments);
         finish();
       } else {
         auto result = detail::execute<R>(kernel_, out_, target, call, *runtime_, processes,
-                                         options_.check_replicated, lease, views);
+                                         options_.check_replicated, lease, views, arguments);
         finish();
         return result;
       }

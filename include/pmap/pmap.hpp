@@ -23,3 +23,4 @@
 #include "pmap/options.hpp"
 #include "pmap/runtime.hpp"
 #include "pmap/shard_map.hpp"
+#include "pmap/trace.hpp"

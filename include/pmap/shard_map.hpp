@@ -137,8 +137,9 @@ class ShardMapped {
     auto lease = [&] {
       return detail::TeamLease(cache_, mesh_.runtime(), axes_, call);
     };
+    auto arguments = [&] { return detail::describe_arguments(args...); };
     return detail::execute<R>(kernel_, out_, target, call, mesh_.runtime(), 1,
-                              options_.check_replicated, lease, views);
+                              options_.check_replicated, lease, views, arguments);
   }
 
   const detail::Partition& in_part(std::size_t k) const { return in_[in_.size() == 1 ? 0 : k].partition; }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -83,6 +84,36 @@ void for_each_leaf(const T& arg, const LeafPath& path, Fn& fn) {
   } else {
     fn(arg, path);  // a non-tensor argument: rank 0
   }
+}
+
+template <class T>
+Shape leaf_shape(const T& leaf);
+template <class T>
+const char* leaf_dtype();
+
+/// The arguments' leaves as "float32[8,1024], int32[]" (a trace's call events, on every
+/// traced call: without fmt).
+template <class... Args>
+std::string describe_arguments(const Args&... args) {
+  std::string out;
+  std::size_t k = 0;
+  auto fn = [&](const auto& leaf, const LeafPath&) {
+    using L = std::remove_cvref_t<decltype(leaf)>;
+    if (!out.empty()) out += ", ";
+    out += leaf_dtype<L>();
+    out += '[';
+    const Shape shape = leaf_shape(leaf);
+    char digits[24];
+    for (int d = 0; d < shape.rank; ++d) {
+      if (d) out += ',';
+      const auto end = std::to_chars(digits, digits + sizeof digits, shape.dims[static_cast<std::size_t>(d)]).ptr;
+      out.append(digits, end);
+    }
+    out += ']';
+  };
+  (for_each_leaf(args, LeafPath{nullptr, k++}, fn), ...);
+  (void)k, (void)fn;
+  return out;
 }
 
 template <class T>

@@ -91,13 +91,19 @@ void run_device(Team& team, int index, const Device* device, Runtime* runtime, B
   Context ctx = Access::make(&team, index, device, runtime);
   DeviceScope scope(&ctx);
   team.start(index);
+  const std::int64_t traced = tracing::recording() ? tracing::now() : -1;
+  if (traced >= 0) tracing::kernel_begin(team, index);
+  bool failed = false;
   try {
     if (team.cancelled()) throw Cancelled{};
     body(ctx);
   } catch (const Cancelled&) {
+    failed = true;
   } catch (...) {
+    failed = true;
     team.fail(std::current_exception(), index);
   }
+  if (traced >= 0) tracing::kernel_end(team, index, traced, failed);
   team.finish(index);
 }
 

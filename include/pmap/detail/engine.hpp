@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <type_traits>
 #include <utility>
@@ -24,14 +25,26 @@ namespace pmap::detail {
 ///   joined the nesting rendezvous must start its inner devices, which its peers' inner
 ///   devices may wait for).
 /// @param views views(i, staging): the tuple of arguments device i's kernel receives.
+/// @param arguments arguments(): the arguments' shapes, asked for only while a trace records.
 /// @return the results (OutputSet::take), or nothing for a void kernel.
-template <class R, class Out, class Target, class Kernel, class Lease, class Views>
+template <class R, class Out, class Target, class Kernel, class Lease, class Views, class Arguments>
 auto execute(const Kernel& kernel, const Out& out, Target* target, const CallInfo& call,
              Runtime& runtime, int processes, bool check_replicated, Lease&& lease,
-             Views&& views) {
+             Views&& views, Arguments&& arguments) {
+  const tracing::CallStart traced = tracing::recording() ? tracing::call_start() : tracing::CallStart{};
   OutputSet<R, Out> outputs(call, out);
   if constexpr (!std::is_same_v<Target, std::nullptr_t>) outputs.bind(*target);
   const TeamLease team = lease();
+  // The call's slice, however it ends (after the outputs are finished, or by an exception).
+  struct TraceCall {
+    const tracing::CallStart start;
+    const CallInfo& call;
+    const TeamLease& team;
+    Arguments& arguments;
+    ~TraceCall() {
+      if (start.ts >= 0) tracing::call(call, team.team(), start, arguments());
+    }
+  } trace_call{traced, call, team, arguments};
   Context* const caller = this_thread().device;
   runtime.pool().run(
       call.n,

@@ -44,8 +44,7 @@ auto finish_reduce(Result&& result) {
 /// leader runs one MPI allreduce, the others copy the leader's result. Four barriers of the
 /// local devices, run by the same Meeting as every other path.
 template <OpKind K, class Acc, class T>
-void reduce_across_processes(Context& ctx, const GroupInfo& g, const Collective& c, Acc* out) {
-  Member& me = Access::member(ctx);
+void reduce_here_and_across(Member& me, const GroupInfo& g, const Collective& c, Acc* out) {
   Team& team = *me.team;
   team.publish(me.index, OpDesc{c.name, c.dtype, c.shape}, g.axis_label,
                c.signature ^ g.signature, c.in, c.out);
@@ -82,6 +81,12 @@ void reduce_across_processes(Context& ctx, const GroupInfo& g, const Collective&
       copy_run(out, total, bytes, streams(bytes));
     }
   });
+}
+
+template <OpKind K, class Acc, class T>
+void reduce_across_processes(Context& ctx, const GroupInfo& g, const Collective& c, Acc* out) {
+  Member& me = Access::member(ctx);
+  traced(me, g, c, Path::gathered, [&] { reduce_here_and_across<K, Acc, T>(me, g, c, out); });
 }
 
 /// Below this many bytes per device, every member reduces everything (one pass, lowest

@@ -195,12 +195,10 @@ inline Path choose_path(const Team& team, const GroupInfo& g, const Collective& 
   return Path::in_place;
 }
 
-/// Runs collective `c` of this device over group `g`: publish, meet, work(peers), meet.
+/// rendezvous() on `path`.
 template <class T, class Work>
-void rendezvous(Context& ctx, const GroupInfo& g, const Collective& c, Work&& work) {
-  Member& me = Access::member(ctx);
+void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, Work&& work) {
   Team& team = *me.team;
-  const Path path = choose_path(team, g, c);
   const std::uint64_t signature = c.signature ^ g.signature;
   const OpDesc desc{c.name, c.dtype, c.shape};
   switch (path) {
@@ -243,6 +241,35 @@ void rendezvous(Context& ctx, const GroupInfo& g, const Collective& c, Work&& wo
       return;
     }
   }
+}
+
+/// Runs meet(), the whole of collective `c` of `me` over `g` on `path`; while a trace
+/// records, as one slice of the device's track (also when it ends by an exception).
+template <class Meet>
+void traced(Member& me, const GroupInfo& g, const Collective& c, Path path, Meet&& meet) {
+  if (!tracing::recording()) [[likely]] {
+    meet();
+    return;
+  }
+  const std::int64_t begin = tracing::now();
+  const tracing::CollectiveEvent event{c.name, g.axis_label, static_cast<int>(g.members.size()),
+                                       g.position, g.members.front(), c.bytes,
+                                       static_cast<int>(path), me.phase};
+  try {
+    meet();
+  } catch (...) {
+    tracing::collective(*me.team, me.index, event, begin);
+    throw;
+  }
+  tracing::collective(*me.team, me.index, event, begin);
+}
+
+/// Runs collective `c` of this device over group `g`: publish, meet, work(peers), meet.
+template <class T, class Work>
+void rendezvous(Context& ctx, const GroupInfo& g, const Collective& c, Work&& work) {
+  Member& me = Access::member(ctx);
+  const Path path = choose_path(*me.team, g, c);
+  traced(me, g, c, path, [&] { meet_on<T>(me, path, g, c, work); });
 }
 
 /// Runs one leaf's collective (a leaf class, as Described): one rendezvous over g, the leaf's

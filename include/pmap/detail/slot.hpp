@@ -97,6 +97,8 @@ struct alignas(64) Slot {
   std::vector<std::unique_ptr<SpareBuffer>> spares;
   std::chrono::steady_clock::time_point departed{};    ///< left its previous barrier
   std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
+  /// Tracing: "i=3" or "x=1,y=0", written by the device when its first traced kernel starts.
+  char trace_coordinates[48] = {};
 
   // ---- suspension, guarded by Team::lock_ ---------------------------------------------------
   alignas(64) bool suspended = false;

@@ -1,0 +1,393 @@
+/// @file test_trace.cpp
+/// @brief pmap::trace (trace.hpp): the Chrome trace JSON of known programs parses, its
+/// slices nest on every track, each collective has one slice per member and one flow, the
+/// device and thread tracks are named, suspensions and counters appear when devices outnumber
+/// threads, a kernel exception leaves a complete trace, and tracing does not change results.
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "collective_util.hpp"
+#include "json_lite.hpp"
+
+namespace {
+
+using namespace coll_test;
+using json_lite::Value;
+using F1 = Tensor<float, 1>;
+using F2 = Tensor<float, 2>;
+
+std::string temp_path(const std::string& name) {
+  return testing::TempDir() + "pmap_trace_" +
+         testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name + ".json";
+}
+
+const std::string& str(const Value& e, const char* key) { return e.at(key).string; }
+double num(const Value& e, const char* key) { return e.at(key).number; }
+
+/// A trace file, read and indexed.
+struct Trace {
+  Value root;
+  std::vector<const Value*> events;
+  std::map<int, std::string> thread_names;  ///< tid -> name
+
+  std::vector<const Value*> with(const std::string& ph, const std::string& name = "") const {
+    std::vector<const Value*> out;
+    for (const Value* e : events)
+      if (str(*e, "ph") == ph && (name.empty() || str(*e, "name") == name)) out.push_back(e);
+    return out;
+  }
+  std::vector<const Value*> category(const std::string& cat) const {
+    std::vector<const Value*> out;
+    for (const Value* e : events)
+      if (e->find("cat") && str(*e, "cat") == cat && str(*e, "ph") == "X") out.push_back(e);
+    return out;
+  }
+};
+
+Trace read_trace(const std::string& path) {
+  Trace t;
+  t.root = json_lite::parse_file(path);
+  for (const Value& e : t.root.at("traceEvents").array) {
+    t.events.push_back(&e);
+    if (str(e, "ph") == "M" && str(e, "name") == "thread_name")
+      t.thread_names[static_cast<int>(num(e, "tid"))] = e.at("args").at("name").string;
+  }
+  return t;
+}
+
+/// Runs body() while a trace records into a fresh file, and reads the file back.
+template <class Body>
+Trace traced(const std::string& name, Body&& body) {
+  const std::string path = temp_path(name);
+  std::remove(path.c_str());
+  pmap::trace::start(path);
+  EXPECT_TRUE(pmap::trace::active());
+  try {
+    body();
+  } catch (...) {
+    pmap::trace::stop();
+    throw;
+  }
+  pmap::trace::stop();
+  EXPECT_FALSE(pmap::trace::active());
+  return read_trace(path);
+}
+
+/// What every trace must be: events with their fields, slices that nest properly on every
+/// track (each slice inside the one before it or after its end), and flows whose members
+/// number their collective's group (one start, one finish, group_size - 2 steps).
+void expect_well_formed(const Trace& t, bool complete = true) {
+  std::map<std::pair<int, int>, std::vector<const Value*>> tracks;
+  for (const Value* e : t.events) {
+    ASSERT_TRUE(e->find("ph") && e->find("pid") && e->find("tid") && e->find("name"));
+    const std::string& ph = str(*e, "ph");
+    ASSERT_TRUE(ph == "M" || ph == "X" || ph == "i" || ph == "C" || ph == "s" || ph == "t" || ph == "f") << ph;
+    if (ph == "X") {
+      ASSERT_GE(num(*e, "dur"), 0.0);
+      ASSERT_GE(num(*e, "ts"), 0.0);
+      tracks[{static_cast<int>(num(*e, "pid")), static_cast<int>(num(*e, "tid"))}].push_back(e);
+    }
+  }
+  for (auto& [track, slices] : tracks) {
+    std::stable_sort(slices.begin(), slices.end(), [](const Value* a, const Value* b) {
+      return num(*a, "ts") != num(*b, "ts") ? num(*a, "ts") < num(*b, "ts") : num(*a, "dur") > num(*b, "dur");
+    });
+    std::vector<double> open;  // end times of the enclosing slices
+    for (const Value* e : slices) {
+      const double begin = num(*e, "ts"), end = begin + num(*e, "dur");
+      // Microseconds with three decimals: sums of them round (1e-3 is one nanosecond).
+      while (!open.empty() && open.back() <= begin + 1e-4) open.pop_back();
+      if (!open.empty()) {
+        EXPECT_LE(end, open.back() + 1e-3) << "slice " << str(*e, "name") << " at " << begin
+                                           << " overlaps its enclosing slice on track " << track.second;
+      }
+      open.push_back(end);
+    }
+  }
+  // Flows: per id, the members of one collective.
+  std::map<std::int64_t, std::vector<std::string>> flows;
+  for (const Value* e : t.events) {
+    const std::string& ph = str(*e, "ph");
+    if (ph == "s" || ph == "t" || ph == "f") flows[static_cast<std::int64_t>(num(*e, "id"))].push_back(ph);
+  }
+  std::map<std::int64_t, int> group_of_flow;
+  for (const Value* e : t.category("collective")) {
+    const int g = static_cast<int>(num(e->at("args"), "group_size"));
+    const auto id = static_cast<std::int64_t>(num(e->at("args"), "flow"));
+    if (g >= 2) group_of_flow[id] = g;
+  }
+  for (const auto& [id, phs] : flows) {
+    ASSERT_TRUE(group_of_flow.count(id)) << "a flow without a collective: " << id;
+    // A failed call's collectives may end with fewer members (the others were cancelled).
+    if (complete) {
+      EXPECT_EQ(static_cast<int>(phs.size()), group_of_flow[id]) << "flow " << id;
+    } else {
+      EXPECT_LE(static_cast<int>(phs.size()), group_of_flow[id]) << "flow " << id;
+    }
+    EXPECT_EQ(std::count(phs.begin(), phs.end(), "s"), 1);
+    EXPECT_EQ(std::count(phs.begin(), phs.end(), "f"), phs.size() >= 2 ? 1 : 0);
+  }
+  if (complete) {
+    EXPECT_EQ(flows.size(), group_of_flow.size()) << "every collective of 2+ members has one flow";
+  }
+}
+
+/// The collective slices of one name, per device track.
+std::map<int, int> per_track(const Trace& t, const std::string& name) {
+  std::map<int, int> out;
+  for (const Value* e : t.category("collective"))
+    if (str(*e, "name") == name) ++out[static_cast<int>(num(*e, "tid"))];
+  return out;
+}
+
+TEST(Trace, TwoDevicesPsumAndAllGather) {
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 2});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        F1 s = ctx.psum(v, "i");
+        F2 g = ctx.all_gather(s, "i");
+        return pmap::eval(g * 2.f);
+      },
+      on_axis(rt));
+  F2 x = make<F2>(1, 2, 16);
+  const Trace t = traced("a", [&] {
+    for (int k = 0; k < 3; ++k) f(x);
+  });
+  expect_well_formed(t);
+  EXPECT_EQ(t.with("X", "pmap").size(), 3u);
+  for (const Value* c : t.with("X", "pmap")) {
+    EXPECT_EQ(num(c->at("args"), "devices"), 2);
+    EXPECT_EQ(str(c->at("args"), "axes"), "i=2");
+    EXPECT_EQ(str(c->at("args"), "arguments"), "float32[2,16]");
+  }
+  EXPECT_EQ(t.category("kernel").size(), 6u);
+  EXPECT_EQ(per_track(t, "psum"), (std::map<int, int>{{1, 3}, {2, 3}}));
+  EXPECT_EQ(per_track(t, "all_gather"), (std::map<int, int>{{1, 3}, {2, 3}}));
+  EXPECT_EQ(t.thread_names.at(1), "i=0 (cpu:0)");
+  EXPECT_EQ(t.thread_names.at(2), "i=1 (cpu:1)");
+  for (const Value* e : t.category("collective")) {
+    const Value& args = e->at("args");
+    EXPECT_EQ(str(args, "axes"), "i");
+    EXPECT_EQ(num(args, "group_size"), 2);
+    EXPECT_EQ(num(args, "bytes"), 16 * 4 * (str(*e, "name") == "psum" ? 1 : 1));
+    EXPECT_EQ(str(args, "path"), "staged");
+  }
+  EXPECT_EQ(t.with("s").size(), 6u);
+  EXPECT_EQ(t.with("f").size(), 6u);
+  // A thread track for every thread that called or ran a device.
+  int threads = 0;
+  for (const auto& [tid, name] : t.thread_names) threads += name.rfind("thread ", 0) == 0;
+  EXPECT_GE(threads, 1);
+  // Every kernel ran inside its call, and the calls ran on a thread track.
+  for (const Value* c : t.with("X", "pmap")) EXPECT_GE(num(*c, "tid"), 100000);
+}
+
+TEST(Trace, EightDevicesOnTwoThreadsSuspendAndCount) {
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        F1 a = ctx.psum(v, "i");
+        F1 b = ctx.ppermute(a, "i", ring(8, 1));
+        return ctx.pmax(b, "i");
+      },
+      on_axis(rt));
+  F2 x = make<F2>(1, 8, 64);
+  const Trace t = traced("a", [&] {
+    for (int k = 0; k < 5; ++k) f(x);
+  });
+  expect_well_formed(t);
+  EXPECT_EQ(t.category("kernel").size(), 40u);
+  EXPECT_EQ(per_track(t, "ppermute").size(), 8u);
+  const auto suspends = t.with("i", "suspend");
+  const auto resumes = t.with("i", "resume");
+  EXPECT_FALSE(suspends.empty()) << "8 devices on 2 threads suspend";
+  EXPECT_EQ(suspends.size(), resumes.size());
+  for (const Value* r : resumes) {
+    const int thread = static_cast<int>(num(r->at("args"), "thread"));
+    ASSERT_TRUE(t.thread_names.count(thread)) << "resumed on a named thread track";
+  }
+  EXPECT_FALSE(t.category("wait").empty());
+  for (const Value* w : t.category("wait")) {
+    const std::string& c = str(w->at("args"), "collective");
+    EXPECT_TRUE(c == "psum" || c == "ppermute" || c == "pmax") << c;
+  }
+  // Counters: threads busy never above the threads that run devices, back to 0 at the end.
+  double last_busy = -1, last_suspended = -1, max_busy = 0;
+  for (const Value* c : t.with("C")) {
+    if (str(*c, "name") == "threads busy") {
+      last_busy = num(c->at("args"), "threads");
+      max_busy = std::max(max_busy, last_busy);
+      EXPECT_GE(last_busy, 0);
+    } else if (str(*c, "name") == "devices suspended") {
+      last_suspended = num(c->at("args"), "devices");
+      EXPECT_GE(last_suspended, 0);
+      EXPECT_LE(last_suspended, 8);
+    }
+  }
+  EXPECT_EQ(last_busy, 0);
+  EXPECT_EQ(last_suspended, 0);
+  EXPECT_GE(max_busy, 1);
+  // Two workers and the calling thread; sanitizer builds run each device on a thread.
+  EXPECT_LE(max_busy, kSanitized ? 8 : 3);
+  // The thread tracks show which device ran when: stretches of every device.
+  std::set<int> ran;
+  for (const Value* r : t.category("running")) ran.insert(static_cast<int>(num(r->at("args"), "device")));
+  EXPECT_EQ(ran.size(), 8u);
+}
+
+TEST(Trace, NestedCallsInsideTheOuterKernel) {
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  pmap::Runtime& runtime = rt;
+  auto outer = pmap::pmap(
+      [&runtime](pmap::Context&, auto xi) {
+        auto inner = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, {"i", "j"}); },
+                                on_axis(runtime, "j"));
+        return inner(xi);
+      },
+      on_axis(rt, "i"));
+  Tensor<float, 3> x = make<Tensor<float, 3>>(1, 2, 2, 4);
+  const Trace t = traced("a", [&] { outer(x); });
+  expect_well_formed(t);
+  EXPECT_EQ(t.with("X", "pmap").size(), 3u) << "the outer call and two inner ones";
+  // A track per device and nesting level: the outer devices 0 and 1 run while the inner
+  // devices with their ids do.
+  for (const auto& [tid, want] : std::map<int, std::string>{{1, "i=0 (cpu:0)"}, {2, "i=1 (cpu:1)"},
+                                                             {10001, "i=0,j=0 (cpu:0)"}, {10002, "i=0,j=1 (cpu:1)"},
+                                                             {10003, "i=1,j=0 (cpu:2)"}, {10004, "i=1,j=1 (cpu:3)"}})
+    EXPECT_EQ(t.thread_names.at(tid), want);
+  for (const Value* e : t.category("collective")) EXPECT_EQ(num(e->at("args"), "group_size"), 4);
+  // The inner calls sit on the outer devices' tracks, inside their kernels.
+  int nested = 0;
+  for (const Value* c : t.with("X", "pmap")) nested += num(*c, "tid") < 100000;
+  EXPECT_EQ(nested, 2);
+}
+
+TEST(Trace, ShardMapDevicesNamedByMeshCoordinates) {
+  pmap::Runtime rt({.num_devices = 4, .num_threads = 2});
+  const pmap::Mesh mesh({{"x", 2}, {"y", 2}}, &rt);
+  auto f = pmap::shard_map([](pmap::Context& ctx, View<float, 2, RowMajor> b) { return ctx.psum(b, "y"); },
+                           mesh, {pmap::P("x", "y")}, {pmap::P("x", "y")});
+  F2 x = make<F2>(1, 4, 6);
+  const Trace t = traced("a", [&] { f(x); });
+  expect_well_formed(t);
+  ASSERT_EQ(t.with("X", "shard_map").size(), 1u);
+  EXPECT_EQ(str(t.with("X", "shard_map")[0]->at("args"), "axes"), "x=2,y=2");
+  std::set<std::string> names;
+  for (const auto& [tid, name] : t.thread_names) names.insert(name.substr(0, name.find(' ')));
+  for (const char* want : {"x=0,y=0", "x=0,y=1", "x=1,y=0", "x=1,y=1"}) EXPECT_TRUE(names.count(want)) << want;
+  EXPECT_EQ(t.with("s").size(), 2u) << "two groups over y: two flows";
+}
+
+TEST(Trace, KernelExceptionLeavesACompleteTrace) {
+  pmap::Runtime rt({.num_devices = 4, .num_threads = 2});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        F1 a = ctx.psum(v, "i");
+        if (ctx.axis_index("i") == 1) throw std::out_of_range("boom");
+        return ctx.psum(a, "i");
+      },
+      on_axis(rt));
+  F2 x = make<F2>(1, 4, 8);
+  const Trace t = traced("a", [&] { EXPECT_THROW(f(x), std::out_of_range); });
+  expect_well_formed(t, /*complete=*/false);
+  EXPECT_EQ(t.with("X", "pmap").size(), 1u);
+  int failed = 0;
+  for (const Value* k : t.category("kernel")) failed += k->at("args").at("failed").boolean;
+  EXPECT_GE(failed, 1);
+  EXPECT_EQ(t.category("kernel").size(), 4u);
+  EXPECT_EQ(per_track(t, "psum").at(2), 1) << "device 1 threw after its first psum";
+}
+
+TEST(Trace, ResultsAreTheSameWithTracingOnAndOff) {
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        F1 a = ctx.psum(v, "i", {{0, 3, 5}, {1, 2, 4, 6, 7}});
+        auto g = ctx.all_gather(a, "i");                      // (8, 40)
+        auto m = ctx.pmean(g, "i");
+        auto r = ctx.psum_scatter(m, "i", 0, pmap::tiled);  // (1, 40)
+        F1 p = ctx.ppermute(a, "i", ring(8, 3));
+        return std::make_tuple(r, p);
+      },
+      on_axis(rt));
+  F2 x = make<F2>(3, 8, 40);
+  const auto [off_r, off_p] = f(x);
+  Tensor<float, 3> on_r;
+  F2 on_p;
+  traced("a", [&] { std::tie(on_r, on_p) = f(x); });
+  EXPECT_TRUE(tensors_equal(on_r, off_r));
+  EXPECT_TRUE(tensors_equal(on_p, off_p));
+  const auto [again_r, again_p] = f(x);
+  EXPECT_TRUE(tensors_equal(again_r, off_r));
+  EXPECT_TRUE(tensors_equal(again_p, off_p));
+}
+
+TEST(Trace, SummaryOnStderr) {
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 2});
+  auto f = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); }, on_axis(rt));
+  F2 x = make<F2>(1, 2, 8);
+  setenv("PMAP_TRACE_SUMMARY", "1", 1);
+  testing::internal::CaptureStderr();
+  traced("a", [&] { f(x); });
+  const std::string err = testing::internal::GetCapturedStderr();
+  unsetenv("PMAP_TRACE_SUMMARY");
+  EXPECT_NE(err.find("pmap trace summary: 2 kernel runs"), std::string::npos) << err;
+  EXPECT_NE(err.find("waiting ms"), std::string::npos) << err;
+  EXPECT_NE(err.find("psum"), std::string::npos) << err;
+}
+
+TEST(Trace, ProcessIndexInThePathAndRestart) {
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
+  auto f = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); }, on_axis(rt));
+  F2 x = make<F2>(1, 2, 8);
+  const std::string pattern = testing::TempDir() + "pmap_trace_process_{process}.json";
+  const std::string first = testing::TempDir() + "pmap_trace_process_0.json";
+  const std::string second = temp_path("second");
+  std::remove(first.c_str());
+  pmap::trace::start(pattern);
+  f(x);
+  pmap::trace::start(second);  // writes the first trace, starts another
+  f(x);
+  f(x);
+  pmap::trace::stop();
+  pmap::trace::stop();  // nothing runs: nothing happens
+  EXPECT_EQ(read_trace(first).with("X", "pmap").size(), 1u);
+  const Trace t = read_trace(second);
+  EXPECT_EQ(t.with("X", "pmap").size(), 2u);
+  for (const Value* e : t.events) EXPECT_EQ(num(*e, "pid"), 0);
+}
+
+TEST(Trace, UnwritablePathThrowsAtStop) {
+  pmap::trace::start("/nonexistent-directory/trace.json");
+  EXPECT_THROW(pmap::trace::stop(), std::runtime_error);
+  EXPECT_FALSE(pmap::trace::active());
+}
+
+/// PMAP_TRACE in the environment: the first Runtime starts the trace, exit writes it. Runs in
+/// a child process (the environment is read once per process).
+TEST(TraceDeathTest, EnvironmentTraceIsWrittenAtExit) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string path = testing::TempDir() + "pmap_trace_environment.json";
+  std::remove(path.c_str());
+  EXPECT_EXIT(
+      {
+        setenv("PMAP_TRACE", path.c_str(), 1);
+        pmap::Runtime rt({.num_devices = 2, .num_threads = 2});
+        auto f = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); }, on_axis(rt));
+        F2 x = make<F2>(1, 2, 8);
+        f(x);
+        std::exit(pmap::trace::active() ? 0 : 3);
+      },
+      testing::ExitedWithCode(0), "");
+  const Trace t = read_trace(path);
+  expect_well_formed(t);
+  EXPECT_EQ(t.with("X", "pmap").size(), 1u);
+}
+
+}  // namespace
