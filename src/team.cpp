@@ -337,13 +337,6 @@ bool Team::fail(std::exception_ptr error, int member) {
   return first;
 }
 
-const std::string& Team::trace_axes() {
-  if (trace_axes_.empty())
-    for (int a = 0; a < num_axes_; ++a)
-      trace_axes_ += fmt::format("{}{}={}", a ? "," : "", axes_[a].name, axes_[a].size);
-  return trace_axes_;
-}
-
 void Team::make_child(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
                       int num_threads) {
   auto child = std::make_shared<Team>(size, axes, std::move(device_ids), num_threads);

@@ -496,12 +496,17 @@ CallStart call_start() {
   return {now(), tid};
 }
 
-void call(const CallInfo& info, Team& team, CallStart start, const std::string& arguments) {
+void call(const CallInfo& info, const Team& team, CallStart start, const std::string& arguments) {
   const std::int64_t end = now();
   Event& e = record(Kind::call, start.track, start.ts, info.shard ? "shard_map" : "pmap");
   e.dur = end - start.ts;
   e.a0 = info.n;
-  copy_text(e.text, team.trace_axes());
+  // Formatted per call: the inner calls of a nested pmap share their team, so a team cannot
+  // keep the text without a lock.
+  std::string axes;
+  for (int a = 0; a < team.num_axes(); ++a)
+    axes += fmt::format("{}{}={}", a ? "," : "", team.axis(a).name, team.axis(a).size);
+  copy_text(e.text, axes);
   Buffer& b = buffer();
   e.a1 = static_cast<std::int64_t>(b.arguments.size());
   e.a2 = b.index;

@@ -81,8 +81,6 @@ class Team {
   std::uint64_t serial() const { return serial_; }
   /// 0 for a call's team, 1 for the team of a pmap nested in its kernels, ...
   int nesting() const { return nesting_; }
-  /// Tracing: "i=8" or "x=2,y=4", formatted once (by the caller that leases the team).
-  const std::string& trace_axes();
   int num_axes() const { return num_axes_; }
   const AxisBinding& axis(int a) const { return axes_[a]; }
   /// Index of member `m` along axis `a`.
@@ -219,7 +217,6 @@ class Team {
   ProcessExchange exchange_;
   std::uint64_t serial_;  // a fresh range per team (2^24 calls each), + 1 per reset()
   int nesting_ = 0;
-  std::string trace_axes_;
 
   // Read by every device on its way out: apart from the lock's cache line.
   alignas(64) std::atomic<int> sleepers_{0};  // == blocked_, readable without the lock

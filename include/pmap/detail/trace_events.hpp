@@ -34,7 +34,7 @@ struct CallStart {
 };
 CallStart call_start();
 /// The call over `team` that began at `start` ends; `arguments` describes the argument shapes.
-void call(const CallInfo& call, Team& team, CallStart start, const std::string& arguments);
+void call(const CallInfo& call, const Team& team, CallStart start, const std::string& arguments);
 /// Device `member` of `team` starts its kernel on this thread; its kernel ended.
 void kernel_begin(Team& team, int member);
 void kernel_end(Team& team, int member, std::int64_t begin, bool failed);
