@@ -340,21 +340,48 @@ std::string resolve_path(std::string path, int process) {
   return path;
 }
 
-/// Writes the trace of `buffers` (recording has stopped).
-void write(const std::string& path, const std::vector<std::shared_ptr<Buffer>>& buffers, int pid,
-           bool print_summary) {
+/// The traceEvents array of one process, event by event.
+class JsonWriter {
+ public:
+  explicit JsonWriter(int pid) : pid_(pid) {}
+
+  /// An event's common fields; the caller appends the rest and its closing brace.
+  void begin_event(const char* ph, const char* name, int tid, std::int64_t ts) {
+    separate();
+    out_ += fmt::format("{{\"ph\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"name\":", ph, pid_, tid, us(ts));
+    out_ += quoted(name);
+  }
+  /// A metadata event: args {key: value}, value already JSON.
+  void meta(const char* what, int tid, const std::string& value, const char* key = "name") {
+    separate();
+    out_ += fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"{}\",\"args\":{{\"{}\":", pid_, tid,
+                        what, key);
+    out_ += value + "}}";
+  }
+  std::string& out() { return out_; }
+  int pid() const { return pid_; }
+  std::string finish() { return out_ + "\n]}\n"; }
+
+ private:
+  void separate() {
+    out_ += first_ ? "" : ",\n";
+    first_ = false;
+  }
+  int pid_;
+  bool first_ = true;
+  std::string out_ = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+};
+
+/// Every buffer's events in time order, a slice before the slices it contains; a thread's
+/// stretch ends where its next one starts (should a fiber have moved in a way the
+/// bookkeeping did not follow: a thread runs one device at a time).
+std::vector<Event*> sorted_events(const std::vector<std::shared_ptr<Buffer>>& buffers) {
   std::vector<Event*> events;
   for (const auto& b : buffers)
     b->events.for_each([&](Event& e) { events.push_back(&e); });
-  auto arguments_of = [&](const Event& e) -> const std::string& {
-    return buffers[static_cast<std::size_t>(e.a2)]->arguments[static_cast<std::size_t>(e.a1)];
-  };
-  // Time order; a slice before the slices it contains.
   std::stable_sort(events.begin(), events.end(), [](const Event* a, const Event* b) {
     return a->ts != b->ts ? a->ts < b->ts : a->dur > b->dur;
   });
-  // A thread runs one device at a time: a stretch ends where the thread's next one starts
-  // (should a fiber have moved in a way the bookkeeping did not follow).
   std::map<int, Event*> last_stretch;
   for (Event* e : events) {
     if (e->kind != Kind::running) continue;
@@ -362,34 +389,23 @@ void write(const std::string& path, const std::vector<std::shared_ptr<Buffer>>& 
     if (last && last->ts + last->dur > e->ts) last->dur = e->ts - last->ts;
     last = e;
   }
+  return events;
+}
 
-  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  bool first = true;
-  auto begin_event = [&](const char* ph, const char* name, int tid, std::int64_t ts) {
-    out += first ? "" : ",\n";
-    first = false;
-    out += fmt::format("{{\"ph\":\"{}\",\"pid\":{},\"tid\":{},\"ts\":{},\"name\":", ph, pid, tid, us(ts));
-    out += quoted(name);
-  };
-  auto meta = [&](const char* what, int tid, const std::string& value, const char* key = "name") {
-    out += first ? "" : ",\n";
-    first = false;
-    out += fmt::format("{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"{}\",\"args\":{{\"{}\":", pid, tid,
-                       what, key);
-    out += value + "}}";
-  };
-
-  meta("process_name", 0, quoted(fmt::format("pmap process {}", pid)));
-  meta("process_sort_index", 0, std::to_string(pid), "sort_index");
+/// The process, thread and device tracks' names and order. A device's track is named by
+/// its coordinates in every team it ran in, in order: "i=1" for an outer device, "i=1 |
+/// i=0,j=1" when it was an inner device of a nested call too.
+void write_names(JsonWriter& w, const std::vector<std::shared_ptr<Buffer>>& buffers,
+                 const std::vector<Event*>& events) {
+  w.meta("process_name", 0, quoted(fmt::format("pmap process {}", w.pid())));
+  w.meta("process_sort_index", 0, std::to_string(w.pid()), "sort_index");
   for (const auto& b : buffers) {
     const char* role = b->called && b->ran ? "calling and running devices"
                        : b->called         ? "calling"
                                            : "running devices";
-    meta("thread_name", kThreadTrack + b->index, quoted(fmt::format("thread {} ({})", b->index, role)));
-    meta("thread_sort_index", kThreadTrack + b->index, std::to_string(kThreadTrack + b->index), "sort_index");
+    w.meta("thread_name", kThreadTrack + b->index, quoted(fmt::format("thread {} ({})", b->index, role)));
+    w.meta("thread_sort_index", kThreadTrack + b->index, std::to_string(kThreadTrack + b->index), "sort_index");
   }
-  // A device's track is named by its coordinates in every team it ran in, in order: "i=1"
-  // for an outer device, "i=1 | i=0,j=1" when it was an inner device of a nested call too.
   std::map<int, std::pair<std::vector<std::string>, std::int64_t>> device_names;
   for (const Event* e : events)
     if (e->kind == Kind::kernel) {
@@ -398,70 +414,90 @@ void write(const std::string& path, const std::vector<std::shared_ptr<Buffer>>& 
       if (std::find(places.begin(), places.end(), e->text) == places.end()) places.emplace_back(e->text);
     }
   for (const auto& [tid, name] : device_names) {
-    meta("thread_name", tid, quoted(fmt::format("{} (cpu:{})", fmt::join(name.first, " | "), name.second)));
-    meta("thread_sort_index", tid, std::to_string(tid), "sort_index");
+    w.meta("thread_name", tid, quoted(fmt::format("{} (cpu:{})", fmt::join(name.first, " | "), name.second)));
+    w.meta("thread_sort_index", tid, std::to_string(tid), "sort_index");
   }
+}
 
-  // Flows: the members of one collective, in the order they began.
+/// One recorded event; `arguments` is a call's description.
+void write_event(JsonWriter& w, const Event& e, const std::string& arguments) {
+  std::string& out = w.out();
+  switch (e.kind) {
+    case Kind::call:
+      w.begin_event("X", e.name, e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"call\",\"dur\":{},\"args\":{{\"devices\":{},\"axes\":{},\"arguments\":{}}}}}",
+                         us(e.dur), e.a0, quoted(e.text), quoted(arguments));
+      break;
+    case Kind::kernel:
+      w.begin_event("X", "kernel", e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"kernel\",\"dur\":{},\"args\":{{\"device\":{},\"coordinates\":{},\"failed\":{}}}}}",
+                         us(e.dur), e.a0, quoted(e.text), e.failed ? "true" : "false");
+      break;
+    case Kind::collective:
+      w.begin_event("X", e.name, e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"collective\",\"dur\":{},\"args\":{{\"axes\":{},\"group_size\":{},"
+                         "\"position\":{},\"bytes\":{},\"path\":\"{}\",\"flow\":{}}}}}",
+                         us(e.dur), quoted(e.text), e.a1, e.a2, e.a0, path_name(e.a3), flow_id(e.flow));
+      break;
+    case Kind::wait:
+      w.begin_event("X", "wait", e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"wait\",\"dur\":{},\"args\":{{\"collective\":{}}}}}", us(e.dur), quoted(e.text));
+      break;
+    case Kind::running:
+      w.begin_event("X", e.text, e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"running\",\"dur\":{},\"args\":{{\"device\":{}}}}}", us(e.dur), e.a0);
+      break;
+    case Kind::suspend:
+    case Kind::resume:
+      w.begin_event("i", e.name, e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"scheduling\",\"s\":\"t\",\"args\":{{\"thread\":{}}}}}", e.a0);
+      break;
+    case Kind::counter:
+      w.begin_event("C", e.name, 0, e.ts);
+      out += fmt::format(",\"args\":{{\"{}\":{}}}}}", std::strcmp(e.name, "threads busy") == 0 ? "threads" : "devices",
+                         e.a0);
+      break;
+  }
+}
+
+/// Flows: the members of each collective of 2+ members, chained in the order they began.
+void write_flows(JsonWriter& w, const std::vector<Event*>& events) {
   std::unordered_map<std::uint64_t, std::vector<const Event*>> flows;
   for (const Event* e : events)
     if (e->kind == Kind::collective && e->a1 >= 2) flows[e->flow].push_back(e);
-
-  for (const Event* e : events) {
-    switch (e->kind) {
-      case Kind::call:
-        begin_event("X", e->name, e->tid, e->ts);
-        out += fmt::format(",\"cat\":\"call\",\"dur\":{},\"args\":{{\"devices\":{},\"axes\":{},\"arguments\":{}}}}}",
-                           us(e->dur), e->a0, quoted(e->text), quoted(arguments_of(*e)));
-        break;
-      case Kind::kernel:
-        begin_event("X", "kernel", e->tid, e->ts);
-        out += fmt::format(",\"cat\":\"kernel\",\"dur\":{},\"args\":{{\"device\":{},\"coordinates\":{},\"failed\":{}}}}}",
-                           us(e->dur), e->a0, quoted(e->text), e->failed ? "true" : "false");
-        break;
-      case Kind::collective:
-        begin_event("X", e->name, e->tid, e->ts);
-        out += fmt::format(",\"cat\":\"collective\",\"dur\":{},\"args\":{{\"axes\":{},\"group_size\":{},"
-                           "\"position\":{},\"bytes\":{},\"path\":\"{}\",\"flow\":{}}}}}",
-                           us(e->dur), quoted(e->text), e->a1, e->a2, e->a0, path_name(e->a3),
-                           flow_id(e->flow));
-        break;
-      case Kind::wait:
-        begin_event("X", "wait", e->tid, e->ts);
-        out += fmt::format(",\"cat\":\"wait\",\"dur\":{},\"args\":{{\"collective\":{}}}}}", us(e->dur),
-                           quoted(e->text));
-        break;
-      case Kind::running:
-        begin_event("X", e->text, e->tid, e->ts);
-        out += fmt::format(",\"cat\":\"running\",\"dur\":{},\"args\":{{\"device\":{}}}}}", us(e->dur), e->a0);
-        break;
-      case Kind::suspend:
-      case Kind::resume:
-        begin_event("i", e->name, e->tid, e->ts);
-        out += fmt::format(",\"cat\":\"scheduling\",\"s\":\"t\",\"args\":{{\"thread\":{}}}}}", e->a0);
-        break;
-      case Kind::counter:
-        begin_event("C", e->name, 0, e->ts);
-        out += fmt::format(",\"args\":{{\"{}\":{}}}}}", std::strcmp(e->name, "threads busy") == 0 ? "threads" : "devices",
-                           e->a0);
-        break;
-    }
-  }
   for (auto& [key, members] : flows) {
     std::sort(members.begin(), members.end(), [](const Event* a, const Event* b) { return a->ts < b->ts; });
     for (std::size_t k = 0; k < members.size(); ++k) {
       const char* ph = k == 0 ? "s" : k + 1 == members.size() ? "f" : "t";
-      begin_event(ph, members[k]->name, members[k]->tid, members[k]->ts);
-      out += fmt::format(",\"cat\":\"collective\",\"id\":{},\"bp\":\"e\"}}", flow_id(key));
+      w.begin_event(ph, members[k]->name, members[k]->tid, members[k]->ts);
+      w.out() += fmt::format(",\"cat\":\"collective\",\"id\":{},\"bp\":\"e\"}}", flow_id(key));
     }
   }
-  out += "\n]}\n";
+}
 
+void save(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw std::runtime_error(fmt::format("pmap::trace: cannot write '{}'", path));
-  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const bool closed = std::fclose(f) == 0;
   if (!ok || !closed) throw std::runtime_error(fmt::format("pmap::trace: writing '{}' failed", path));
+}
+
+/// Writes the trace of `buffers` (recording has stopped).
+void write(const std::string& path, const std::vector<std::shared_ptr<Buffer>>& buffers, int pid,
+           bool print_summary) {
+  const std::vector<Event*> events = sorted_events(buffers);
+  JsonWriter w(pid);
+  write_names(w, buffers, events);
+  for (const Event* e : events) {
+    static const std::string none;
+    const std::string& arguments =
+        e->kind == Kind::call ? buffers[static_cast<std::size_t>(e->a2)]->arguments[static_cast<std::size_t>(e->a1)]
+                              : none;
+    write_event(w, *e, arguments);
+  }
+  write_flows(w, events);
+  save(path, w.finish());
   if (print_summary) std::fputs(summary(events).c_str(), stderr);
 }
 
