@@ -135,8 +135,18 @@ class StallWatch {
     std::fflush(stderr);
 #if PMAP_WITH_MPI
     // From another thread only when MPI allows it; otherwise the process dies and mpirun
-    // ends the others.
-    if (state().thread_multiple) MPI_Abort(MPI_COMM_WORLD, 1);
+    // ends the others. Open MPI's abort can itself hang in its runtime (PMIx_Abort,
+    // open-mpi/ompi#3225; seen here under load with the other process in MPI_Finalize), so a
+    // second thread ends this process if the job is not gone a few seconds later: mpirun
+    // then ends the others because a process died without finalizing.
+    if (state().thread_multiple) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        std::fputs("pmap: MPI_Abort did not end the job in 3 s: ending this process\n", stderr);
+        std::_Exit(EXIT_FAILURE);
+      }).detach();
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
 #endif
     std::abort();
   }
