@@ -18,15 +18,9 @@
 //   gemm              one Eigen matrix product per device vs Eigen's contraction on a
 //                     ThreadPoolDevice (each product threaded, or the products in parallel on
 //                     the pool) and a serial loop, in GFLOP/s
-//   batched_solve     B dense n x n systems (double), one PartialPivLU each, split over a mesh
-//                     of all devices, f.into(x, A, r): B = 1024 (even blocks) and 1001
-//                     (uneven) at n = 32, 1001 at n = 8; vs an OpenMP static parallel for over
-//                     the systems (the same per-system code), in systems/s
-//   mlp_step          one data-parallel SGD step of a 64-256-1 MLP (ReLU, MSE loss, float) on
-//                     a 4096-row batch split over all devices: each block's gradient, one
-//                     pmean of the flat gradient, the update returned replicated; vs the same
-//                     step in one OpenMP region (per-thread gradients, a barrier, a parallel
-//                     average and update; the same per-block code), in steps/s
+//   apps              the application workloads of apps.cpp (batched_solve, mlp_step,
+//                     heat_stencil, monte_carlo, ring_matmul), each against the same
+//                     computation hand-written with OpenMP
 //   psum_latency      8 KiB psum on 2 devices: what it costs beyond a hand-written 2-barrier
 //                     psum, in spin barriers; vs a spin barrier, an OpenMP barrier and that
 //                     psum; and a 4-byte psum (synchronisation alone)
@@ -73,13 +67,13 @@
 #include <pmap/pmap.hpp>
 
 #include "baselines.hpp"
-#include "report/apps.hpp"
 #include "report/harness.hpp"
 #include "report/more_baselines.hpp"
 #if PMAP_BENCH_WITH_MPI
 #include "report/mpi.hpp"
 #endif
 #include "report/table.hpp"
+#include "report/workload.hpp"
 
 namespace {
 
@@ -88,13 +82,16 @@ namespace pr = pmap::report;
 using pr::Case;
 using pr::Target;
 
-using Tensor1 = Eigen::Tensor<float, 1, Eigen::RowMajor>;
-using Tensor2 = Eigen::Tensor<float, 2, Eigen::RowMajor>;
-using Tensor3 = Eigen::Tensor<float, 3, Eigen::RowMajor>;
+using pr::Env;
+using pr::Options;
+using pr::Tensor1;
+using pr::Tensor2;
+using pr::Tensor3;
+using pr::add_omp;
+using pr::devices_threads;
+using pr::repeat;
 using Map1 = Eigen::TensorMap<Tensor1>;
 using Map2 = Eigen::TensorMap<Tensor2>;
-using TensorD2 = Eigen::Tensor<double, 2, Eigen::RowMajor>;
-using TensorD3 = Eigen::Tensor<double, 3, Eigen::RowMajor>;
 using Eigen::Index;
 
 constexpr std::int64_t KiB = 1024;
@@ -103,16 +100,6 @@ constexpr std::int64_t GiB = 1024 * MiB;
 
 // ---- options --------------------------------------------------------------------------------
 
-struct Options {
-  bool quick = false;
-  std::string json;
-  int devices = 0;        // 0: pmap::device_count()
-  int threads = 0;        // 0: min(devices, hardware threads), per case
-  std::string filter;     // regex over workload names; "" = all
-  std::int64_t size = 0;  // out-of-cache bytes per triad array; 0: 1 GiB (64 MiB with --quick)
-  int rounds = 0;         // 0: 15 (3 with --quick)
-};
-
 constexpr const char* kUsage =
     "usage: pmap-bench [--quick] [--json FILE] [--devices N] [--threads N] [--filter REGEX]\n"
     "                  [--size BYTES] [--rounds N]\n"
@@ -120,9 +107,10 @@ constexpr const char* kUsage =
     "  --json FILE      also write the report as JSON (bench/plot_report.py draws it)\n"
     "  --devices N      devices of the default runtime (default: pmap::device_count())\n"
     "  --threads N      worker threads (default: min(devices, hardware threads))\n"
-    "  --filter REGEX   run only the workloads whose name matches: dispatch,\n"
-    "                   shard_dispatch, break_even, triad, gemm, batched_solve, mlp_step,\n"
-    "                   psum_latency, bandwidth, oversubscription, idle\n"
+    "  --filter REGEX   run only the workloads whose name or group matches: dispatch,\n"
+    "                   shard_dispatch, break_even, triad, gemm, psum_latency, bandwidth,\n"
+    "                   oversubscription, idle, tree_pmean; the group apps: batched_solve,\n"
+    "                   mlp_step, heat_stencil, monte_carlo, ring_matmul\n"
     "  --size BYTES     out-of-cache triad size per array (K/M/G suffixes; default 1G,\n"
     "                   64M with --quick); collectives move an eighth of it per device\n"
     "  --rounds N       measured rounds per case (default 15, 3 with --quick)\n";
@@ -188,35 +176,6 @@ Options parse(int argc, char** argv) {
 
 // ---- what every workload gets --------------------------------------------------------------
 
-struct Env {
-  Options opt;
-  pr::Settings settings;
-  int devices = 2;         // D: pmap::device_count()
-  std::int64_t big = GiB;  // out-of-cache bytes per triad array
-  pr::Report* report = nullptr;
-
-  /// Worker threads for `d` devices: --threads, else what pmap::Runtime picks.
-  int threads_for(int d) const { return opt.threads > 0 ? opt.threads : pb::threads_for(d); }
-  /// Per-dispatch loop lengths: shorter in quick mode.
-  int ops(int full) const { return opt.quick ? std::max(1, full / 4) : full; }
-};
-
-/// Runs `body` `reps` times.
-template <class Body>
-auto repeat(Body body) {
-  return [body](std::int64_t reps) mutable {
-    for (std::int64_t r = 0; r < reps; ++r) body();
-  };
-}
-
-/// Adds an OpenMP implementation to `c`, its team bound one thread per CPU around each
-/// sample (pr::OmpBinding says why).
-void add_omp(Case& c, std::string name, int threads, std::function<void(std::int64_t)> run,
-             double ops = 1, double work = 0) {
-  c.add_scoped(std::move(name), std::move(run), ops, work,
-               [threads] { return pr::OmpBinding(threads); });
-}
-
 /// A [rows, cols] tensor filled with `value`, first touched by `threads` OpenMP threads.
 Tensor2 filled(std::int64_t rows, std::int64_t cols, float value, int threads) {
   Tensor2 t(rows, cols);
@@ -224,7 +183,6 @@ Tensor2 filled(std::int64_t rows, std::int64_t cols, float value, int threads) {
   return t;
 }
 
-std::string devices_threads(int d, int t) { return pr::format("%d devices, %d threads", d, t); }
 
 // ---- dispatch ------------------------------------------------------------------------------
 
@@ -431,147 +389,6 @@ void gemm(Env& env) {
       env.report->add(
           pr::compare(cs, "gemm", size, "pmap", base, Case::kRate, Target{}, "GFLOP/s", 1e-9));
   }
-}
-
-// ---- batched solve -------------------------------------------------------------------------
-
-/// x = A^-1 r for a batch of systems (A [B, n, n], r [B, n], x [B, n]), the systems split
-/// statically over an OpenMP team of `threads`, each thread reusing one factorisation.
-void omp_solve(int threads, const TensorD3& a, const TensorD2& r, TensorD2& x) {
-  const Index batch = a.dimension(0), n = a.dimension(1);
-#pragma omp parallel num_threads(threads)
-  {
-    pr::SolveLU lu(n);
-#pragma omp for schedule(static)
-    for (Index s = 0; s < batch; ++s)
-      pr::solve_system(lu, a.data() + s * n * n, r.data() + s * n, x.data() + s * n, n);
-  }
-}
-
-void batched_solve(Env& env) {
-  const int d = env.devices;
-  const int t = env.threads_for(d);
-  pmap::Runtime rt({.num_devices = d, .num_threads = t});
-  const pmap::Mesh mesh({{"x", d}}, &rt);
-  // Each device solves the systems of its block (a [rows, n, n], r [rows, n]: zero-copy
-  // views) with one factorisation, into the [rows, n] block it returns.
-  auto f = pmap::shard_map(
-      [](auto a, auto r) {
-        const Index rows = a.dimension(0), n = a.dimension(1);
-        TensorD2 x(rows, n);
-        pr::SolveLU lu(n);
-        for (Index s = 0; s < rows; ++s)
-          pr::solve_system(lu, a.data() + s * n * n, r.data() + s * n, x.data() + s * n, n);
-        return x;
-      },
-      mesh, {pmap::P("x")}, {pmap::P("x")});
-  const std::pair<Index, Index> sizes[] = {{1024, 32}, {1001, 32}, {1001, 8}};
-  for (const auto& [batch, n] : sizes) {
-    TensorD3 a(batch, n, n);
-    TensorD2 r(batch, n), x(batch, n), x_omp(batch, n);
-    pr::solve_problem(a.data(), r.data(), batch, n);
-    // Once before measuring: both solve every system, to the same figures.
-    f.into(x, a, r);
-    omp_solve(t, a, r, x_omp);
-    const double residual = pr::solve_residual(a.data(), r.data(), x.data(), batch, n);
-    const double apart = (Eigen::Map<const Eigen::VectorXd>(x.data(), x.size()) -
-                          Eigen::Map<const Eigen::VectorXd>(x_omp.data(), x_omp.size()))
-                             .lpNorm<Eigen::Infinity>();
-    if (!(residual < 1e-10) || !(apart <= 1e-12))
-      throw std::runtime_error(pr::format(
-          "batched_solve %ld x %ldx%ld: residual %g, shard_map and omp %g apart",
-          static_cast<long>(batch), static_cast<long>(n), static_cast<long>(n), residual, apart));
-
-    const std::string size = pr::format("%ld x %ldx%ld, ", static_cast<long>(batch),
-                                        static_cast<long>(n), static_cast<long>(n)) +
-                             devices_threads(d, t);
-    const auto systems = static_cast<double>(batch);
-    Case cs("batched solve, " + size);
-    cs.add("shard_map", repeat([&] { f.into(x, a, r); }), 1, systems);
-    add_omp(cs, "omp", t, repeat([&] { omp_solve(t, a, r, x_omp); }), 1, systems);
-    cs.measure(env.settings);
-    env.report->add(pr::compare(cs, "batched_solve", size, "shard_map", "omp", Case::kRate,
-                                Target::at_least(0.95), "Msystems/s", 1e-6));
-  }
-}
-
-// ---- MLP training step ---------------------------------------------------------------------
-
-constexpr Index kMlpBatch = 4096;  // divides evenly over 2, 4, 8 and 16 devices
-
-/// One SGD step of the report/apps.hpp MLP on x [B, kMlpIn], y [B, 1] from theta into next
-/// (both [kMlpParams]) by an OpenMP team of `threads`: each thread the gradient of its block
-/// into its slot, a barrier, then each thread averages its share of the flat gradient over
-/// the slots and updates that share of the parameters.
-void omp_mlp_step(int threads, const Tensor1& theta, const Tensor2& x, const Tensor2& y,
-                  Tensor1& next, Tensor2& slots, std::vector<pr::MlpWork>& work) {
-  const Index batch = x.dimension(0);
-#pragma omp parallel num_threads(threads)
-  {
-    const int i = omp_get_thread_num();
-    const int nt = omp_get_num_threads();
-    const Index begin = batch * i / nt, end = batch * (i + 1) / nt;
-    float* grads = slots.data();
-    pr::mlp_gradient(theta.data(), x.data() + begin * pr::kMlpIn, y.data() + begin, end - begin,
-                     static_cast<float>(nt) / static_cast<float>(batch), grads + i * pr::kMlpParams,
-                     work[static_cast<std::size_t>(i)]);
-#pragma omp barrier
-    const Index from = pr::kMlpParams * i / nt, to = pr::kMlpParams * (i + 1) / nt;
-    Eigen::Map<Eigen::VectorXf> share(next.data() + from, to - from);
-    share = Eigen::Map<const Eigen::VectorXf>(grads + from, to - from);
-    for (int k = 1; k < nt; ++k)
-      share += Eigen::Map<const Eigen::VectorXf>(grads + k * pr::kMlpParams + from, to - from);
-    share = Eigen::Map<const Eigen::VectorXf>(theta.data() + from, to - from) -
-            (pr::kMlpRate / static_cast<float>(nt)) * share;
-  }
-}
-
-void mlp_step(Env& env) {
-  const int d = env.devices;
-  const int t = env.threads_for(d);
-  pmap::Runtime rt({.num_devices = d, .num_threads = t});
-  const pmap::Mesh mesh({{"x", d}}, &rt);
-  Tensor1 theta(pr::kMlpParams), next(pr::kMlpParams), next_omp(pr::kMlpParams);
-  Tensor2 x(kMlpBatch, pr::kMlpIn), y(kMlpBatch, 1);
-  pr::mlp_problem(theta.data(), x.data(), y.data(), kMlpBatch);
-  // Scratch kept across steps, per device and per OpenMP thread.
-  std::vector<pr::MlpWork> work(static_cast<std::size_t>(d)), omp_work(static_cast<std::size_t>(t));
-  Tensor2 slots(t, pr::kMlpParams);
-
-  // Parameters replicated, the batch split: each device the gradient of its block, one
-  // pmean of the flat gradient, and every device the same update, returned replicated.
-  const float weight = static_cast<float>(d) / static_cast<float>(kMlpBatch);
-  auto f = pmap::shard_map(
-      [&work, weight](pmap::Context& ctx, auto params, auto xs, auto ys) {
-        Tensor1 grad(pr::kMlpParams);
-        pr::mlp_gradient(params.data(), xs.data(), ys.data(), xs.dimension(0), weight, grad.data(),
-                         work[static_cast<std::size_t>(ctx.axis_index("x"))]);
-        const Tensor1 mean = ctx.pmean(std::move(grad), "x");
-        return pmap::eval(params - pr::kMlpRate * mean);
-      },
-      mesh, {pmap::P(), pmap::P("x"), pmap::P("x")}, {pmap::P()});
-
-  // Once before measuring: both take the same step (up to the order of the float sums).
-  f.into(next, theta, x, y);
-  omp_mlp_step(t, theta, x, y, next_omp, slots, omp_work);
-  const Eigen::Map<const Eigen::VectorXf> p0(theta.data(), pr::kMlpParams),
-      p1(next.data(), pr::kMlpParams), p2(next_omp.data(), pr::kMlpParams);
-  const float step = (p2 - p0).lpNorm<Eigen::Infinity>();
-  const float apart = (p1 - p2).lpNorm<Eigen::Infinity>();
-  if (!(step > 0) || !(apart <= 1e-3f * step))
-    throw std::runtime_error(
-        pr::format("mlp_step: the largest update is %g, shard_map and omp are %g apart",
-                   static_cast<double>(step), static_cast<double>(apart)));
-
-  const std::string size =
-      pr::format("batch %ld, ", static_cast<long>(kMlpBatch)) + devices_threads(d, t);
-  Case cs("mlp step, " + size);
-  cs.add("shard_map", repeat([&] { f.into(next, theta, x, y); }), 1, 1);
-  add_omp(cs, "omp", t, repeat([&] { omp_mlp_step(t, theta, x, y, next_omp, slots, omp_work); }), 1,
-          1);
-  cs.measure(env.settings);
-  env.report->add(pr::compare(cs, "mlp_step", size, "shard_map", "omp", Case::kRate,
-                              Target::at_least(0.95), "steps/s"));
 }
 
 // ---- collectives ---------------------------------------------------------------------------
@@ -892,6 +709,7 @@ void tree_pmean(Env& env) {
 struct Workload {
   const char* name;
   void (*run)(Env&);
+  const char* group = "";  ///< --filter matches the name or the group
 };
 
 constexpr Workload kWorkloads[] = {
@@ -900,8 +718,11 @@ constexpr Workload kWorkloads[] = {
     {"break_even", break_even},
     {"triad", triad},
     {"gemm", gemm},
-    {"batched_solve", batched_solve},
-    {"mlp_step", mlp_step},
+    {"batched_solve", pr::batched_solve, "apps"},
+    {"mlp_step", pr::mlp_step, "apps"},
+    {"heat_stencil", pr::heat_stencil, "apps"},
+    {"monte_carlo", pr::monte_carlo, "apps"},
+    {"ring_matmul", pr::ring_matmul, "apps"},
     {"psum_latency", psum_latency},
     {"bandwidth", bandwidth},
     {"oversubscription", oversubscription},
@@ -991,7 +812,7 @@ int main(int argc, char** argv) {
     const auto start = pr::Clock::now();
     const pr::Interference interference;
     for (const Workload& w : kWorkloads) {
-      if (!std::regex_search(w.name, filter)) continue;
+      if (!std::regex_search(w.name, filter) && !std::regex_search(w.group, filter)) continue;
       std::fprintf(stderr, "[%s]\n", w.name);
       w.run(env);
     }

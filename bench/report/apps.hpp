@@ -1,6 +1,6 @@
 /// @file apps.hpp
 /// @brief The per-block math of pmap-bench's application workloads (batched_solve,
-/// mlp_step), written once and called by the shard_map kernels and by their OpenMP baselines
+/// mlp_step, heat_stencil, monte_carlo, ring_matmul), written once and called by the shard_map kernels and by their OpenMP baselines
 /// alike: the two implementations differ only in how the blocks are dispatched and how the
 /// per-block results are combined.
 ///
@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include <Eigen/Core>
 #include <Eigen/LU>
@@ -129,6 +130,80 @@ inline void mlp_problem(float* theta, float* x, float* y, Eigen::Index batch) {
                                                                                        kMlpIn);
   xs.setRandom();
   Eigen::Map<Eigen::VectorXf>(y, batch) = xs.rowwise().sum().array().sin().matrix();
+}
+
+// ---- heat_stencil ----------------------------------------------------------------------------
+
+/// The explicit 1-D heat equation: r = alpha * dt / dx^2, stable below 0.5.
+inline constexpr float kHeatR = 0.25f;
+
+/// @brief One time step of a block of m >= 2 points, u[m] into next[m], with the points
+/// just outside it (`left` of u[0], `right` of u[m - 1]): the same float expression for
+/// every point whoever updates the block, so any split of a grid gives the same bits.
+inline void heat_block(const float* u, float left, float right, float* next, Eigen::Index m) {
+  auto heat = [](float l, float c, float r) { return c + kHeatR * ((l + r) - 2.f * c); };
+  next[0] = heat(left, u[0], u[1]);
+  for (Eigen::Index k = 1; k + 1 < m; ++k) next[k] = heat(u[k - 1], u[k], u[k + 1]);
+  next[m - 1] = heat(u[m - 2], u[m - 1], right);
+}
+
+/// @brief A grid of n points: a hot band, a cold band and a slope.
+inline void heat_problem(float* u, Eigen::Index n) {
+  for (Eigen::Index k = 0; k < n; ++k) {
+    const float x = static_cast<float>(k) / static_cast<float>(n);
+    u[k] = (x > 0.2f && x < 0.3f ? 100.f : 0.f) - (x > 0.6f && x < 0.65f ? 50.f : 0.f) + 10.f * x;
+  }
+}
+
+// ---- monte_carlo -----------------------------------------------------------------------------
+
+/// @brief A European call under geometric Brownian motion.
+struct CallOption {
+  double spot = 100, strike = 105, rate = 0.05, volatility = 0.2, years = 1;
+};
+
+/// @brief Sums over paths of the discounted payoff and of its square.
+struct PayoffSums {
+  double payoff = 0, squares = 0;
+};
+
+/// @brief The discounted payoffs of `paths` paths of random stream `stream`: a counter-based
+/// generator (splitmix64 of stream and path number), so that a stream's numbers do not
+/// depend on who draws them or in which order; one normal per path by Box-Muller.
+inline PayoffSums call_payoffs(const CallOption& o, std::uint64_t stream, std::int64_t paths) {
+  auto mix = [](std::uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  auto unit = [](std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53; };
+  const double drift = (o.rate - 0.5 * o.volatility * o.volatility) * o.years;
+  const double spread = o.volatility * std::sqrt(o.years);
+  const double discount = std::exp(-o.rate * o.years);
+  PayoffSums sums;
+  const std::uint64_t base = mix(stream);
+  for (std::int64_t p = 0; p < paths; ++p) {
+    const std::uint64_t key = mix(base + static_cast<std::uint64_t>(p));
+    const double u1 = unit(key), u2 = unit(mix(key));
+    const double z = std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double payoff = discount * std::max(0.0, o.spot * std::exp(drift + spread * z) - o.strike);
+    sums.payoff += payoff;
+    sums.squares += payoff * payoff;
+  }
+  return sums;
+}
+
+// ---- ring_matmul -----------------------------------------------------------------------------
+
+/// @brief One step of a collective matmul C = A B over d row blocks of r rows (n = d r):
+/// c[r, n] += a[r, n] (the row block's columns of block j) times b[r, n] (row block j of B).
+/// All RowMajor.
+inline void ring_step(const float* a, const float* b, float* c, Eigen::Index r, Eigen::Index n,
+                      Eigen::Index j) {
+  using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Eigen::Map<const RowMatrix> as(a, r, n), bs(b, r, n);
+  Eigen::Map<RowMatrix>(c, r, n).noalias() += as.middleCols(j * r, r) * bs;
 }
 
 }  // namespace pmap::report
