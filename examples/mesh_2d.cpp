@@ -6,12 +6,13 @@
 //                        holds all of the contraction dimension, so its [rows, cols] block of
 //                        Y is one local product: no communication.
 //   contraction-sharded: X split by rows over data and by columns over model, W by rows over
-//                        model. Device (d, m) multiplies the K block m of X's rows by the K
-//                        block m of W: a partial product, summed with psum over "model" only
-//                        (the M devices that share a data index), never over "data". The
-//                        sum is the same on every model device, so Y is replicated along
-//                        model: its out_spec names data alone, and shard_map checks that the
-//                        model devices agree.
+//                        model. Device (d, m) multiplies its block of X (row block d, column
+//                        block m) by row block m of W: the two K blocks m match, since both
+//                        split K over model by the same rule. The partial products are
+//                        summed with psum over "model" only (the M devices that share a data
+//                        index), never over "data". The sum is the same on every model
+//                        device, so Y is replicated along model: its out_spec names data
+//                        alone, and shard_map checks that the model devices agree.
 //
 // The first layout's output is split exactly as the second one's input is, which is why a
 // two-layer block (column-sharded, then contraction-sharded) needs one psum in all. Sizes need
@@ -51,8 +52,8 @@ const Eigen::array<Eigen::IndexPair<int>, 1> kProduct{Eigen::IndexPair<int>(1, 0
 /// Y = X @ W with W's columns split over model: a local product per device.
 auto column_sharded(const pmap::Mesh& mesh) {
   return pmap::shard_map(
-      // x: [N / D, K], w: [K, N / M]; the contraction over the kernel's own views is
-      // evaluated straight into this device's block of Y.
+      // x: [N / D, K], w: [K, N / M]. The contraction of the kernel's own views is returned
+      // as an expression: pmap evaluates it into this device's block of Y (SPEC 2.2).
       [](auto x, auto w) { return x.contract(w, kProduct); }, mesh,
       {pmap::P("data", pmap::none), pmap::P(pmap::none, "model")}, {pmap::P("data", "model")});
 }
