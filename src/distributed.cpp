@@ -182,7 +182,8 @@ void check(int rc, const char* what) {
 int size() { return state().size; }
 int rank() { return state().rank; }
 
-std::vector<Header> exchange_headers(const Header& mine, const char* waiting_in) {
+std::vector<Header> exchange_headers(const Header& mine,
+                                     [[maybe_unused]] const char* waiting_in) {
   std::vector<Header> all(static_cast<std::size_t>(size()));
 #if PMAP_WITH_MPI
   if (size() > 1) {
