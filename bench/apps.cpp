@@ -26,6 +26,8 @@
 // own inside every pmap kernel (report/apps.hpp).
 #define EIGEN_DONT_PARALLELIZE
 
+#include "report/apps.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -37,7 +39,6 @@
 
 #include <pmap/pmap.hpp>
 
-#include "report/apps.hpp"
 #include "report/workload.hpp"
 
 namespace pmap::report {
@@ -98,7 +99,7 @@ void batched_solve(Env& env) {
           static_cast<long>(batch), static_cast<long>(n), static_cast<long>(n), residual, apart));
 
     const std::string size = format("%ld x %ldx%ld, ", static_cast<long>(batch),
-                                        static_cast<long>(n), static_cast<long>(n)) +
+                                    static_cast<long>(n), static_cast<long>(n)) +
                              devices_threads(d, t);
     const auto systems = static_cast<double>(batch);
     Case cs("batched solve, " + size);
@@ -106,7 +107,7 @@ void batched_solve(Env& env) {
     add_omp(cs, "omp", t, repeat([&] { omp_solve(t, a, r, x_omp); }), 1, systems);
     cs.measure(env.settings);
     env.report->add(compare(cs, "batched_solve", size, "shard_map", "omp", Case::kRate,
-                                Target::at_least(0.95), "Msystems/s", 1e-6));
+                            Target::at_least(0.95), "Msystems/s", 1e-6));
   }
 }
 
@@ -130,8 +131,8 @@ void omp_mlp_step(int threads, const Tensor1& theta, const Tensor2& x, const Ten
     const Index begin = batch * i / nt, end = batch * (i + 1) / nt;
     float* grads = slots.data();
     mlp_gradient(theta.data(), x.data() + begin * kMlpIn, y.data() + begin, end - begin,
-                     static_cast<float>(nt) / static_cast<float>(batch), grads + i * kMlpParams,
-                     work[static_cast<std::size_t>(i)]);
+                 static_cast<float>(nt) / static_cast<float>(batch), grads + i * kMlpParams,
+                 work[static_cast<std::size_t>(i)]);
 #pragma omp barrier
     const Index from = kMlpParams * i / nt, to = kMlpParams * (i + 1) / nt;
     Eigen::Map<Eigen::VectorXf> share(next.data() + from, to - from);
@@ -164,7 +165,7 @@ void mlp_step(Env& env) {
       [&work, weight](pmap::Context& ctx, auto params, auto xs, auto ys) {
         Tensor1 grad(kMlpParams);
         mlp_gradient(params.data(), xs.data(), ys.data(), xs.dimension(0), weight, grad.data(),
-                         work[static_cast<std::size_t>(ctx.axis_index("x"))]);
+                     work[static_cast<std::size_t>(ctx.axis_index("x"))]);
         const Tensor1 mean = ctx.pmean(std::move(grad), "x");
         return pmap::eval(params - kMlpRate * mean);
       },
@@ -173,14 +174,14 @@ void mlp_step(Env& env) {
   // Once before measuring: both take the same step (up to the order of the float sums).
   f.into(next, theta, x, y);
   omp_mlp_step(t, theta, x, y, next_omp, slots, omp_work);
-  const Eigen::Map<const Eigen::VectorXf> p0(theta.data(), kMlpParams),
-      p1(next.data(), kMlpParams), p2(next_omp.data(), kMlpParams);
+  const Eigen::Map<const Eigen::VectorXf> p0(theta.data(), kMlpParams), p1(next.data(), kMlpParams),
+      p2(next_omp.data(), kMlpParams);
   const float step = (p2 - p0).lpNorm<Eigen::Infinity>();
   const float apart = (p1 - p2).lpNorm<Eigen::Infinity>();
   if (!(step > 0) || !(apart <= 1e-3f * step))
     throw std::runtime_error(
         format("mlp_step: the largest update is %g, shard_map and omp are %g apart",
-                   static_cast<double>(step), static_cast<double>(apart)));
+               static_cast<double>(step), static_cast<double>(apart)));
 
   const std::string size =
       format("batch %ld, ", static_cast<long>(kMlpBatch)) + devices_threads(d, t);
@@ -190,7 +191,7 @@ void mlp_step(Env& env) {
           1);
   cs.measure(env.settings);
   env.report->add(compare(cs, "mlp_step", size, "shard_map", "omp", Case::kRate,
-                              Target::at_least(0.95), "steps/s"));
+                          Target::at_least(0.95), "steps/s"));
 }
 
 // ---- heat stencil ----------------------------------------------------------------------------
@@ -257,14 +258,14 @@ void heat_row(Env& env, Index points, int d, int steps, Target target) {
   if (!std::equal(u.data(), u.data() + points, out.data()))
     throw std::runtime_error(format("heat_stencil %ld points on %d devices: pmap and omp differ",
                                     static_cast<long>(points), d));
-  const std::string size = format("%ld points, %d steps, ", static_cast<long>(points), steps) +
-                           devices_threads(d, t);
+  const std::string size =
+      format("%ld points, %d steps, ", static_cast<long>(points), steps) + devices_threads(d, t);
   Case c("heat stencil, " + size);
   c.add("pmap", repeat([&] { f.into(out, blocks); }), 1);
   add_omp(c, format("omp, %d shards", d), t, repeat([&] { omp_heat(t, d, steps, u0, u, next); }));
   c.measure(env.settings);
-  env.report->add(compare(c, "heat_stencil", size, "pmap", format("omp, %d shards", d),
-                          Case::kTime, target));
+  env.report->add(
+      compare(c, "heat_stencil", size, "pmap", format("omp, %d shards", d), Case::kTime, target));
 }
 
 }  // namespace
@@ -320,7 +321,8 @@ void monte_carlo(Env& env) {
   const PayoffSums omp = omp_payoffs(t, option, d, per_device);
   // The same streams in a different summation order: equal to rounding.
   if (!(std::abs(sums(0) - omp.payoff) <= 1e-9 * omp.payoff))
-    throw std::runtime_error(format("monte_carlo: pmap sums %.17g, omp %.17g", sums(0), omp.payoff));
+    throw std::runtime_error(
+        format("monte_carlo: pmap sums %.17g, omp %.17g", sums(0), omp.payoff));
 
   const std::string size = format("%ld paths, ", static_cast<long>(paths)) + devices_threads(d, t);
   Case c("monte carlo, " + size);
@@ -385,9 +387,10 @@ void ring_matmul(Env& env) {
   if (!std::equal(c.data(), c.data() + c.size(), c3.data()))
     throw std::runtime_error("ring_matmul: pmap and omp differ");
 
-  const std::string size = format("%ld x %ld, ", static_cast<long>(n), static_cast<long>(n)) +
-                           devices_threads(d, t);
-  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  const std::string size =
+      format("%ld x %ld, ", static_cast<long>(n), static_cast<long>(n)) + devices_threads(d, t);
+  const double flops =
+      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   Case cs("ring matmul, " + size);
   cs.add("pmap", repeat([&] { f.into(c3, a3, b3); }), 1, flops);
   add_omp(cs, "omp", t, repeat([&] { omp_ring(t, d, a, b, c); }), 1, flops);

@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -34,6 +33,8 @@
 #include <Eigen/LU>
 
 #include <pmap/pmap.hpp>
+
+#include "common.hpp"
 
 namespace {
 
@@ -119,33 +120,15 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
+  examples::Flags flags(argc, argv, "[--size B] [--n N] [--devices D] [--threads T]");
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (std::strcmp(argv[i], flag) != 0) return nullptr;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (const char* v = value("--size"))
-      a.size = std::atol(v);
-    else if (const char* v2 = value("--n"))
-      a.n = std::atol(v2);
-    else if (const char* v3 = value("--devices"))
-      a.devices = std::atoi(v3);
-    else if (const char* v4 = value("--threads"))
-      a.threads = std::atoi(v4);
-    else {
-      std::fprintf(stderr, "usage: %s [--size B] [--n N] [--devices D] [--threads T]\n", argv[0]);
-      std::exit(2);
-    }
-  }
-  if (a.size < 0 || a.n < 1 || a.devices < 1 || a.threads < 1) {
-    std::fprintf(stderr, "need --size >= 0 systems, --n >= 1 unknowns, and positive counts\n");
-    std::exit(2);
-  }
+  a.size = static_cast<long>(flags.integer("--size", a.size));
+  a.n = static_cast<long>(flags.integer("--n", a.n));
+  a.devices = static_cast<int>(flags.integer("--devices", a.devices));
+  a.threads = static_cast<int>(flags.integer("--threads", a.threads));
+  flags.done();
+  flags.require(a.size >= 0 && a.n >= 1 && a.devices >= 1 && a.threads >= 1,
+                "need --size >= 0 systems, --n >= 1 unknowns, and positive counts");
   return a;
 }
 

@@ -11,15 +11,16 @@
 //
 // Defaults: N = 4096 points, S = 1000 steps, D = 8 devices on T = 2 threads. With --trace,
 // the run writes a Chrome trace (pmap::trace) that bench/plot_trace.py draws.
-#include <pmap/pmap.hpp>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <pmap/pmap.hpp>
+
+#include "common.hpp"
 
 namespace {
 
@@ -47,8 +48,7 @@ Grid serial(Grid u, int steps) {
   const Eigen::Index n = u.size();
   Grid next(n);
   for (int s = 0; s < steps; ++s) {
-    for (Eigen::Index k = 0; k < n; ++k)
-      next(k) = heat(u((k + n - 1) % n), u(k), u((k + 1) % n));
+    for (Eigen::Index k = 0; k < n; ++k) next(k) = heat(u((k + n - 1) % n), u(k), u((k + 1) % n));
     std::swap(u, next);
   }
   return u;
@@ -63,44 +63,25 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
+  examples::Flags flags(argc, argv,
+                        "[--size N] [--steps S] [--devices D] [--threads T] [--trace FILE]");
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (std::strcmp(argv[i], flag) != 0) return nullptr;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (const char* v = value("--size")) a.size = std::atol(v);
-    else if (const char* v2 = value("--steps")) a.steps = std::atoi(v2);
-    else if (const char* v3 = value("--devices")) a.devices = std::atoi(v3);
-    else if (const char* v4 = value("--threads")) a.threads = std::atoi(v4);
-    else if (const char* v5 = value("--trace")) a.trace = v5;
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--size N] [--steps S] [--devices D] [--threads T] [--trace FILE]\n",
-                   argv[0]);
-      std::exit(2);
-    }
-  }
-  if (a.size < 1 || a.steps < 0 || a.devices < 1 || a.threads < 1 || a.size % a.devices != 0) {
-    std::fprintf(stderr, "need --size a positive multiple of --devices, and positive counts\n");
-    std::exit(2);
-  }
+  a.size = static_cast<long>(flags.integer("--size", a.size));
+  a.steps = static_cast<int>(flags.integer("--steps", a.steps));
+  a.devices = static_cast<int>(flags.integer("--devices", a.devices));
+  a.threads = static_cast<int>(flags.integer("--threads", a.threads));
+  a.trace = flags.text("--trace", a.trace);
+  flags.done();
+  flags.require(
+      a.size >= 1 && a.steps >= 0 && a.devices >= 1 && a.threads >= 1 && a.size % a.devices == 0,
+      "need --size a positive multiple of --devices, and positive counts");
   return a;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
-  pmap::Runtime rt({.num_devices = args.devices, .num_threads = args.threads});
-  const int steps = args.steps;
-
-  // Device i owns row i of the (devices, size / devices) grid.
-  auto simulate = pmap::pmap(
+/// The simulation as one pmap kernel: device i owns row i of the (devices, size / devices)
+/// grid and runs every step, trading its edge points with its neighbours.
+auto simulation(int steps, pmap::Runtime& rt) {
+  return pmap::pmap(
       [steps](pmap::Context& ctx, auto block) {
         const int n = ctx.axis_size("x");
         std::vector<std::pair<int, int>> to_right, to_left;
@@ -118,33 +99,50 @@ int main(int argc, char** argv) {
           edge(0) = u(0);
           const Grid from_right = ctx.ppermute(edge, "x", to_left);  // the right neighbour's first
           for (Eigen::Index k = 0; k < m; ++k)
-            next(k) = heat(k == 0 ? from_left(0) : u(k - 1), u(k), k == m - 1 ? from_right(0) : u(k + 1));
+            next(k) =
+                heat(k == 0 ? from_left(0) : u(k - 1), u(k), k == m - 1 ? from_right(0) : u(k + 1));
           std::swap(u, next);
         }
         return u;
       },
       {.axis_name = "x", .runtime = &rt});
+}
+
+/// The first point where `got` differs from `want`, or -1.
+Eigen::Index first_difference(const float* got, const Grid& want) {
+  for (Eigen::Index k = 0; k < want.size(); ++k)
+    if (got[k] != want(k)) return k;
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  pmap::Runtime rt({.num_devices = args.devices, .num_threads = args.threads});
+  auto simulate = simulation(args.steps, rt);
 
   const Grid u0 = initial(args.size);
   const Eigen::Index per_device = args.size / args.devices;
-  Eigen::Tensor<float, 2, Eigen::RowMajor> blocks = u0.reshape(Eigen::array<Eigen::Index, 2>{args.devices, per_device});
+  const Eigen::Tensor<float, 2, Eigen::RowMajor> blocks =
+      u0.reshape(Eigen::array<Eigen::Index, 2>{args.devices, per_device});
 
   if (!args.trace.empty()) pmap::trace::start(args.trace);
   const Eigen::Tensor<float, 2, Eigen::RowMajor> result = simulate(blocks);
   if (!args.trace.empty()) pmap::trace::stop();
 
-  const Grid want = serial(u0, steps);
+  const Grid want = serial(u0, args.steps);
   const float* got = result.data();
-  for (Eigen::Index k = 0; k < args.size; ++k)
-    if (got[k] != want(k)) {
-      std::fprintf(stderr, "heat_stencil: point %ld is %.9g, the serial stencil gives %.9g\n",
-                   static_cast<long>(k), static_cast<double>(got[k]), static_cast<double>(want(k)));
-      return 1;
-    }
+  if (const Eigen::Index k = first_difference(got, want); k >= 0) {
+    std::fprintf(stderr, "heat_stencil: point %ld is %.9g, the serial stencil gives %.9g\n",
+                 static_cast<long>(k), static_cast<double>(got[k]), static_cast<double>(want(k)));
+    return 1;
+  }
   double total = 0;
   for (Eigen::Index k = 0; k < args.size; ++k) total += got[k];
-  std::printf("heat_stencil: %ld points, %d steps on %d devices / %d threads: bit-identical to the "
-              "serial stencil, total heat %.3f\n",
-              args.size, steps, args.devices, args.threads, total);
+  std::printf(
+      "heat_stencil: %ld points, %d steps on %d devices / %d threads: bit-identical to the "
+      "serial stencil, total heat %.3f\n",
+      args.size, args.steps, args.devices, args.threads, total);
   return 0;
 }

@@ -29,20 +29,21 @@
 #define EIGEN_DONT_PARALLELIZE  // before any Eigen include
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include <Eigen/Core>
 
 #include <pmap/pmap.hpp>
 
+#include "common.hpp"
+
 namespace {
 
 using Eigen::Index;
+using examples::milliseconds;
 using Tensor2 = Eigen::Tensor<float, 2, Eigen::RowMajor>;
 using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -72,15 +73,9 @@ Eigen::Map<const Matrix> as_matrix(const Tensor2& t) {
   return {t.data(), t.dimension(0), t.dimension(1)};
 }
 
-/// Whether `got` matches the serial product `want` as closely as rounding guarantees; else
-/// prints the worst entry. The bound (Higham, "Accuracy and Stability of Numerical
-/// Algorithms", 3.1): a sum of K products evaluated in any order (blocked, fused, or split
-/// into M partial sums added by psum) is within gamma_m * sum_k |x_ik w_kj| of the exact
-/// value, gamma_m = m u / (1 - m u), u = eps / 2, m the longest chain of roundings a term
-/// goes through: at most K for one product, K / M + M <= K + 1 for partial sums. Two such
-/// values are within twice that. `mag` is |X| @ |W| in double. At K = 1024 the bound is 1.2e-4
-/// of |X||W| in float32; the error seen in practice is tens to hundreds of times smaller, while a
-/// missing or misplaced block is off by O(1) of |X||W| and fails it at any size.
+/// Whether `got` has the serial product's shape and matches it as closely as rounding
+/// guarantees (examples::product_within_bound; the psum over model adds the M partial sums,
+/// K / M + M <= K + 1 roundings in a chain); else says where it does not.
 bool within_bound(const char* what, const Tensor2& got, const Matrix& want,
                   const Eigen::MatrixXd& mag, Index k, double* worst_ratio) {
   if (got.dimension(0) != want.rows() || got.dimension(1) != want.cols()) {
@@ -89,25 +84,7 @@ bool within_bound(const char* what, const Tensor2& got, const Matrix& want,
                  static_cast<long>(want.rows()), static_cast<long>(want.cols()));
     return false;
   }
-  const double m = static_cast<double>(k) + 1.0;
-  const double u = std::numeric_limits<float>::epsilon() / 2.0;
-  const double gamma = m * u / (1.0 - m * u);
-  for (Index i = 0; i < want.rows(); ++i)
-    for (Index j = 0; j < want.cols(); ++j) {
-      const double diff =
-          std::abs(static_cast<double>(got(i, j)) - static_cast<double>(want(i, j)));
-      const double bound = 2.0 * gamma * mag(i, j);
-      *worst_ratio = std::max(*worst_ratio, bound > 0 ? diff / bound : 0.0);
-      if (diff > bound) {
-        std::fprintf(stderr,
-                     "mesh_2d: %s: Y(%ld, %ld) is %.9g, the serial product gives %.9g; they differ "
-                     "by %.3g, more than rounding allows (%.3g)\n",
-                     what, static_cast<long>(i), static_cast<long>(j),
-                     static_cast<double>(got(i, j)), static_cast<double>(want(i, j)), diff, bound);
-        return false;
-      }
-    }
-  return true;
+  return examples::product_within_bound<float>("mesh_2d", what, got, want, mag, k, worst_ratio);
 }
 
 struct Args {
@@ -118,43 +95,16 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
+  examples::Flags flags(argc, argv, "[--size N] [--data D] [--model M] [--threads T]");
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (std::strcmp(argv[i], flag) != 0) return nullptr;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (const char* v = value("--size"))
-      a.size = std::atol(v);
-    else if (const char* v2 = value("--data"))
-      a.data = std::atoi(v2);
-    else if (const char* v3 = value("--model"))
-      a.model = std::atoi(v3);
-    else if (const char* v4 = value("--threads"))
-      a.threads = std::atoi(v4);
-    else {
-      std::fprintf(stderr, "usage: %s [--size N] [--data D] [--model M] [--threads T]\n", argv[0]);
-      std::exit(2);
-    }
-  }
-  if (a.size < 1 || a.data < 1 || a.model < 1 || a.threads < 1) {
-    std::fprintf(stderr, "need a positive --size, --data, --model and --threads\n");
-    std::exit(2);
-  }
+  a.size = static_cast<long>(flags.integer("--size", a.size));
+  a.data = static_cast<int>(flags.integer("--data", a.data));
+  a.model = static_cast<int>(flags.integer("--model", a.model));
+  a.threads = static_cast<int>(flags.integer("--threads", a.threads));
+  flags.done();
+  flags.require(a.size >= 1 && a.data >= 1 && a.model >= 1 && a.threads >= 1,
+                "need a positive --size, --data, --model and --threads");
   return a;
-}
-
-/// Milliseconds `f` takes (reported, never checked).
-template <class F>
-double millis(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
 }
 
 }  // namespace
@@ -174,10 +124,10 @@ int main(int argc, char** argv) {
   // are of second calls into the same results, as in a loop.
   Tensor2 y_columns = by_columns(x, w);
   Tensor2 y_contraction = by_contraction(x, w);
-  const double t_columns = millis([&] { by_columns.into(y_columns, x, w); });
-  const double t_contraction = millis([&] { by_contraction.into(y_contraction, x, w); });
+  const double t_columns = milliseconds([&] { by_columns.into(y_columns, x, w); });
+  const double t_contraction = milliseconds([&] { by_contraction.into(y_contraction, x, w); });
   Matrix want;
-  const double t_serial = millis([&] { want.noalias() = as_matrix(x) * as_matrix(w); });
+  const double t_serial = milliseconds([&] { want.noalias() = as_matrix(x) * as_matrix(w); });
 
   const Eigen::MatrixXd mag =
       as_matrix(x).cast<double>().cwiseAbs() * as_matrix(w).cast<double>().cwiseAbs();

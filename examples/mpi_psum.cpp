@@ -22,10 +22,11 @@
 // says what differs, and every process then exits with 1.
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <tuple>
 
 #include <pmap/pmap.hpp>
+
+#include "common.hpp"
 
 namespace {
 
@@ -41,31 +42,14 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
+  examples::Flags flags(argc, argv, "[--size N] [--devices D] [--threads T]");
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (std::strcmp(argv[i], flag) != 0) return nullptr;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (const char* v = value("--size"))
-      a.size = std::atol(v);
-    else if (const char* v2 = value("--devices"))
-      a.devices = std::atoi(v2);
-    else if (const char* v3 = value("--threads"))
-      a.threads = std::atoi(v3);
-    else {
-      std::fprintf(stderr, "usage: %s [--size N] [--devices D] [--threads T]\n", argv[0]);
-      std::exit(2);
-    }
-  }
-  if (a.size < 1 || a.devices < 0 || a.threads < 0) {
-    std::fprintf(stderr, "need a positive --size, and --devices and --threads of 0 or more\n");
-    std::exit(2);
-  }
+  a.size = static_cast<long>(flags.integer("--size", a.size));
+  a.devices = static_cast<int>(flags.integer("--devices", a.devices));
+  a.threads = static_cast<int>(flags.integer("--threads", a.threads));
+  flags.done();
+  flags.require(a.size >= 1 && a.devices >= 0 && a.threads >= 0,
+                "need a positive --size, and --devices and --threads of 0 or more");
   return a;
 }
 

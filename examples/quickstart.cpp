@@ -1,8 +1,8 @@
 // The README's tour as a program: normalise rows with a psum, then a triad into a reused
 // result.
-#include <pmap/pmap.hpp>
-
 #include <cstdio>
+
+#include <pmap/pmap.hpp>
 
 int main() {
   // 8 logical devices on 2 worker threads: devices may outnumber threads.

@@ -25,11 +25,9 @@
 #define EIGEN_DONT_PARALLELIZE  // before any Eigen include
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -38,9 +36,12 @@
 
 #include <pmap/pmap.hpp>
 
+#include "common.hpp"
+
 namespace {
 
 using Eigen::Index;
+using examples::milliseconds;
 template <class T>
 using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class T>
@@ -98,17 +99,9 @@ auto gather_matmul(const pmap::Mesh& mesh) {
       mesh, {pmap::P("x")}, {pmap::P("x")});
 }
 
-/// Whether `got` and `want` (`what`), two computed values of A @ B, agree as closely as rounding
-/// guarantees; else prints the worst entry. The bound (Higham, "Accuracy and Stability of
-/// Numerical Algorithms", 3.1): a sum of K products evaluated in any order, blocked, fused
-/// (FMA) or split into ring steps, is within gamma_m * sum_k |a_ik b_kj| of the exact value,
-/// gamma_m = m u / (1 - m u), u = eps / 2, where m is the longest chain of roundings a term
-/// goes through: at most K for one product, kb + n <= K + 1 for the ring (kb products and
-/// additions inside a block, n accumulations into C). Two such values are within twice that
-/// of each other. `mag` is |A| @ |B|, computed in double; k is K. The bound scales with the dtype:
-/// at K = 1024 it is 1.2e-4 of |A||B| in float32 and 2.3e-13 in float64; the error seen
-/// in practice is tens to hundreds of times smaller (it grows like sqrt(K) u), while a wrong block
-/// is off by O(1) of |A||B| and fails it at any size.
+/// Whether `got` (`what`) has the serial product's shape and matches it as closely as rounding
+/// guarantees (examples::product_within_bound; a ring step chains kb products and additions
+/// inside a block and n accumulations into C, kb + n <= K + 1 roundings); else says where not.
 template <class T>
 bool within_bound(const char* what, const Tensor2<T>& got, const Matrix<T>& want,
                   const Eigen::MatrixXd& mag, Index k, double* worst_ratio) {
@@ -118,25 +111,8 @@ bool within_bound(const char* what, const Tensor2<T>& got, const Matrix<T>& want
                  static_cast<long>(want.rows()), static_cast<long>(want.cols()));
     return false;
   }
-  const double m = static_cast<double>(k) + 1.0;
-  const double u = std::numeric_limits<T>::epsilon() / 2.0;
-  const double gamma = m * u / (1.0 - m * u);
-  const auto g = as_matrix<T>(got);
-  for (Index i = 0; i < want.rows(); ++i)
-    for (Index j = 0; j < want.cols(); ++j) {
-      const double diff = std::abs(static_cast<double>(g(i, j)) - static_cast<double>(want(i, j)));
-      const double bound = 2.0 * gamma * mag(i, j);
-      *worst_ratio = std::max(*worst_ratio, bound > 0 ? diff / bound : 0.0);
-      if (diff > bound) {
-        std::fprintf(stderr,
-                     "ring_matmul: %s: C(%ld, %ld) is %.9g against %.9g, %.3g apart, more "
-                     "than rounding allows (%.3g)\n",
-                     what, static_cast<long>(i), static_cast<long>(j), static_cast<double>(g(i, j)),
-                     static_cast<double>(want(i, j)), diff, bound);
-        return false;
-      }
-    }
-  return true;
+  return examples::product_within_bound<T>("ring_matmul", what, as_matrix<T>(got), want, mag, k,
+                                           worst_ratio);
 }
 
 struct Args {
@@ -146,51 +122,20 @@ struct Args {
   int threads = 2;
 };
 
-[[noreturn]] void usage(const char* program) {
-  std::fprintf(stderr,
-               "usage: %s [--size N] [--dtype float32|float64] [--devices D] [--threads T]\n",
-               program);
-  std::exit(2);
-}
-
 Args parse(int argc, char** argv) {
+  examples::Flags flags(argc, argv,
+                        "[--size N] [--dtype float32|float64] [--devices D] [--threads T]");
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (std::strcmp(argv[i], flag) != 0) return nullptr;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (const char* v = value("--size"))
-      a.size = std::atol(v);
-    else if (const char* v2 = value("--devices"))
-      a.devices = std::atoi(v2);
-    else if (const char* v3 = value("--threads"))
-      a.threads = std::atoi(v3);
-    else if (const char* v4 = value("--dtype")) {
-      if (std::strcmp(v4, "float32") != 0 && std::strcmp(v4, "float64") != 0) usage(argv[0]);
-      a.f64 = std::strcmp(v4, "float64") == 0;
-    } else {
-      usage(argv[0]);
-    }
-  }
-  if (a.size < 1 || a.devices < 1 || a.threads < 1 || a.size % a.devices != 0) {
-    std::fprintf(stderr, "need --size a positive multiple of --devices, and positive counts\n");
-    std::exit(2);
-  }
+  a.size = static_cast<long>(flags.integer("--size", a.size));
+  const std::string dtype = flags.text("--dtype", "float32");
+  a.devices = static_cast<int>(flags.integer("--devices", a.devices));
+  a.threads = static_cast<int>(flags.integer("--threads", a.threads));
+  flags.done();
+  flags.require(dtype == "float32" || dtype == "float64", "--dtype is float32 or float64");
+  a.f64 = dtype == "float64";
+  flags.require(a.size >= 1 && a.devices >= 1 && a.threads >= 1 && a.size % a.devices == 0,
+                "need --size a positive multiple of --devices, and positive counts");
   return a;
-}
-
-/// Milliseconds `f` takes (reported, never checked).
-template <class F>
-double millis(F&& f) {
-  const auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
 }
 
 template <class T>
@@ -208,10 +153,10 @@ int run(const Args& args) {
   // are of second calls into the same results, as in a loop.
   Tensor2<T> c_ring = ring(a, b);
   Tensor2<T> c_gather = gather(a, b);
-  const double t_ring = millis([&] { ring.into(c_ring, a, b); });
-  const double t_gather = millis([&] { gather.into(c_gather, a, b); });
+  const double t_ring = milliseconds([&] { ring.into(c_ring, a, b); });
+  const double t_gather = milliseconds([&] { gather.into(c_gather, a, b); });
   Matrix<T> want;
-  const double t_serial = millis([&] { want.noalias() = as_matrix<T>(a) * as_matrix<T>(b); });
+  const double t_serial = milliseconds([&] { want.noalias() = as_matrix<T>(a) * as_matrix<T>(b); });
 
   const Eigen::MatrixXd mag = as_matrix<T>(a).template cast<double>().cwiseAbs() *
                               as_matrix<T>(b).template cast<double>().cwiseAbs();

@@ -21,13 +21,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include <pmap/pmap.hpp>
+
+#include "common.hpp"
 
 namespace {
 
@@ -178,34 +179,15 @@ struct Args {
 };
 
 Args parse(int argc, char** argv) {
+  examples::Flags flags(argc, argv, "[--size B] [--steps S] [--devices D] [--threads T]");
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    auto value = [&](const char* flag) -> const char* {
-      if (std::strcmp(argv[i], flag) != 0) return nullptr;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", flag);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (const char* v = value("--size"))
-      a.size = std::atol(v);
-    else if (const char* v2 = value("--steps"))
-      a.steps = std::atoi(v2);
-    else if (const char* v3 = value("--devices"))
-      a.devices = std::atoi(v3);
-    else if (const char* v4 = value("--threads"))
-      a.threads = std::atoi(v4);
-    else {
-      std::fprintf(stderr, "usage: %s [--size B] [--steps S] [--devices D] [--threads T]\n",
-                   argv[0]);
-      std::exit(2);
-    }
-  }
-  if (a.size < 1 || a.steps < 1 || a.devices < 1 || a.threads < 1) {
-    std::fprintf(stderr, "need a positive --size, --steps, --devices and --threads\n");
-    std::exit(2);
-  }
+  a.size = static_cast<long>(flags.integer("--size", a.size));
+  a.steps = static_cast<int>(flags.integer("--steps", a.steps));
+  a.devices = static_cast<int>(flags.integer("--devices", a.devices));
+  a.threads = static_cast<int>(flags.integer("--threads", a.threads));
+  flags.done();
+  flags.require(a.size >= 1 && a.steps >= 1 && a.devices >= 1 && a.threads >= 1,
+                "need a positive --size, --steps, --devices and --threads");
   return a;
 }
 

@@ -1,8 +1,8 @@
 /// @file apps.hpp
 /// @brief The per-block math of pmap-bench's application workloads (batched_solve,
-/// mlp_step, heat_stencil, monte_carlo, ring_matmul), written once and called by the shard_map kernels and by their OpenMP baselines
-/// alike: the two implementations differ only in how the blocks are dispatched and how the
-/// per-block results are combined.
+/// mlp_step, heat_stencil, monte_carlo, ring_matmul), written once and called by the pmap and
+/// shard_map kernels and by their OpenMP baselines alike: the two implementations differ only
+/// in how the blocks are dispatched and how the per-block results are combined.
 ///
 /// Every product here is an Eigen Core product, which opens an OpenMP team of its own when
 /// it runs outside one (the translation unit is built with -fopenmp) unless
@@ -187,7 +187,8 @@ inline PayoffSums call_payoffs(const CallOption& o, std::uint64_t stream, std::i
     const std::uint64_t key = mix(base + static_cast<std::uint64_t>(p));
     const double u1 = unit(key), u2 = unit(mix(key));
     const double z = std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-    const double payoff = discount * std::max(0.0, o.spot * std::exp(drift + spread * z) - o.strike);
+    const double spot = o.spot * std::exp(drift + spread * z);
+    const double payoff = discount * std::max(0.0, spot - o.strike);
     sums.payoff += payoff;
     sums.squares += payoff * payoff;
   }

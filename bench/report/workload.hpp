@@ -41,7 +41,7 @@ struct Options {
 struct Env {
   Options opt;
   Settings settings;
-  int devices = 2;                    // D: pmap::device_count()
+  int devices = 2;                           // D: pmap::device_count()
   std::int64_t big = std::int64_t{1} << 30;  // out-of-cache bytes per triad array
   Report* report = nullptr;
 
@@ -67,9 +67,7 @@ inline void add_omp(Case& c, std::string name, int threads, std::function<void(s
                [threads] { return OmpBinding(threads); });
 }
 
-inline std::string devices_threads(int d, int t) {
-  return format("%d devices, %d threads", d, t);
-}
+inline std::string devices_threads(int d, int t) { return format("%d devices, %d threads", d, t); }
 
 // The application workloads (apps.cpp; the group "apps" of --filter).
 void batched_solve(Env& env);
