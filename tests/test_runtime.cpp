@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -16,7 +17,11 @@
 #include <vector>
 
 #include <oneapi/tbb/task_arena.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
+#include "pmap/detail/fiber_switch.hpp"
 #include "pmap/detail/pool.hpp"
 #include "test_util.hpp"
 
@@ -498,6 +503,61 @@ TEST_P(RuntimeReuse, EveryDeviceRunsExactlyOncePerCall) {
   auto x = make<Eigen::Tensor<int32_t, 1, RowMajor>>(0, n());
   for (int k = 0; k < 50; ++k) (void)f(x);
   for (auto& r : runs) EXPECT_EQ(r.load(), 50);
+}
+
+// ---- fibers ----------------------------------------------------------------------------------
+
+// Release builds run devices as oneTBB fibers, switched by pmap's swapcontext
+// (src/fiber_switch.cpp) unless PMAP_FAST_SWITCH=0.
+TEST(FiberSwitch, InstalledWhereDevicesAreFibers) {
+#if PMAP_DEVICE_THREADS || !defined(__x86_64__) || !defined(__GLIBC__)
+  GTEST_SKIP() << "no fibers to switch, or not x86-64 glibc";
+#else
+  const char* setting = std::getenv("PMAP_FAST_SWITCH");
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
+  EXPECT_EQ(pmap::detail::install_fiber_switch(), !(setting && std::string(setting) == "0"));
+#endif
+}
+
+/// The rounding mode this thread computes with: x87 control word and MXCSR, or -1 when the
+/// two disagree.
+int rounding_mode() {
+  const int x87 = std::fegetround();
+#if defined(__x86_64__)
+  // MXCSR's rounding control (bits 13-14) encodes the modes as the x87 word does (bits 10-11).
+  const int sse = static_cast<int>((_mm_getcsr() >> 13) & 3u) << 10;
+  if (sse != x87) return -1;
+#endif
+  return x87;
+}
+
+// A device's floating-point control state is its own: each of 8 devices on 2 threads rounds
+// its own way, and after each of 40 collectives (each a suspension, resumed on whichever
+// thread) it still does, in the x87 and the SSE unit alike. A switch that did not keep the
+// control words would hand each device the mode of the device that ran before it.
+TEST(FiberSwitch, EachDeviceKeepsItsRoundingModeAcrossSuspensions) {
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  const int modes[] = {FE_TONEAREST, FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+  std::atomic<int> wrong{0};
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, auto x) {
+        const int mode = modes[ctx.axis_index("i") % 4];
+        std::fesetround(mode);
+        Eigen::Tensor<float, 1, RowMajor> v = x;
+        for (int k = 0; k < 40; ++k) {
+          v = ctx.ppermute(v, "i", {{0, 7}, {1, 0}, {2, 1}, {3, 2}, {4, 3}, {5, 4}, {6, 5}, {7, 6}});
+          if (rounding_mode() != mode) wrong.fetch_add(1);
+        }
+        std::fesetround(FE_TONEAREST);
+        return v;
+      },
+      {.axis_name = "i", .runtime = &rt});
+  auto x = make<Eigen::Tensor<float, 2, RowMajor>>(1, 8, 4);
+  const auto out = f(x);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(rounding_mode(), FE_TONEAREST);
+  // 40 steps of the ring bring every row back to where it started (40 = 5 * 8).
+  EXPECT_TRUE(tensors_equal(out, x));
 }
 
 }  // namespace
