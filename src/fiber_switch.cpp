@@ -14,31 +14,25 @@
 // Not done: with PMAP_FAST_SWITCH=0; on another architecture or libc; when the process
 // runs with a shadow stack (glibc's switch would then switch it too); when oneTBB is not a
 // shared library calling swapcontext through its GOT. Sanitizer builds run devices on
-// threads and never switch fibers (pool.hpp).
+// threads and never switch fibers: the Pool then does not install it (pool.hpp).
 #include "pmap/detail/fiber_switch.hpp"
-
-#include "pmap/detail/pool.hpp"  // PMAP_DEVICE_THREADS
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && !PMAP_DEVICE_THREADS
+#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
 #define PMAP_FAST_SWITCH_AVAILABLE 1
+#include <cstddef>
+#include <cstdint>
 #include <elf.h>
 #include <link.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-#include <cstddef>
-#include <cstdint>
 #else
 #define PMAP_FAST_SWITCH_AVAILABLE 0
 #endif
-
-#include "pmap/logging.hpp"
 
 #if PMAP_FAST_SWITCH_AVAILABLE
 
@@ -70,7 +64,8 @@ extern "C" int pmap_swapcontext(ucontext_t* from, const ucontext_t* to);
 // environment it keeps the control word (first in both the fnstenv image glibc stores and this
 // one) and not the status and tag words, which are empty at a call by the ABI: fnstenv and
 // fldenv cost more than the rest of the switch (Boost.Context keeps the same two: x87 control
-// word and MXCSR).
+// word and MXCSR). It starts with endbr64, as an indirect-branch target must under CET's IBT
+// (a no-op elsewhere): oneTBB calls it through its GOT.
 asm(R"(
   .text
   .globl pmap_swapcontext
@@ -79,6 +74,7 @@ asm(R"(
   .p2align 4
 pmap_swapcontext:
   .cfi_startproc
+  endbr64
   movq %rbx, 0x80(%rdi)
   movq %rbp, 0x78(%rdi)
   movq %r12, 0x48(%rdi)
@@ -146,10 +142,22 @@ void** got_slot(const dl_phdr_info& info, const char* symbol) {
   const ElfW(Sym)* symbols = nullptr;
   const char* names = nullptr;
   for (const ElfW(Dyn)* d = dynamic; d->d_tag != DT_NULL; ++d) {
-    if (d->d_tag == DT_JMPREL) relocations = reinterpret_cast<const ElfW(Rela)*>(d->d_un.d_ptr);
-    if (d->d_tag == DT_PLTRELSZ) bytes = d->d_un.d_val;
-    if (d->d_tag == DT_SYMTAB) symbols = reinterpret_cast<const ElfW(Sym)*>(d->d_un.d_ptr);
-    if (d->d_tag == DT_STRTAB) names = reinterpret_cast<const char*>(d->d_un.d_ptr);
+    switch (d->d_tag) {
+      case DT_JMPREL:
+        relocations = reinterpret_cast<const ElfW(Rela)*>(d->d_un.d_ptr);
+        break;
+      case DT_PLTRELSZ:
+        bytes = d->d_un.d_val;
+        break;
+      case DT_SYMTAB:
+        symbols = reinterpret_cast<const ElfW(Sym)*>(d->d_un.d_ptr);
+        break;
+      case DT_STRTAB:
+        names = reinterpret_cast<const char*>(d->d_un.d_ptr);
+        break;
+      default:
+        break;
+    }
   }
   if (!relocations || !symbols || !names) return nullptr;
   for (std::size_t k = 0; k < bytes / sizeof(ElfW(Rela)); ++k) {
@@ -161,22 +169,34 @@ void** got_slot(const dl_phdr_info& info, const char* symbol) {
   return nullptr;
 }
 
-/// Points the GOT slot at `target`; the page is read-only under RELRO, so unprotected for the
-/// write and protected again.
-bool redirect(void** slot, void* target) {
+/// Whether `address` lies in the object's RELRO segment (read-only once relocated).
+bool in_relro(const dl_phdr_info& info, const void* address) {
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  for (int p = 0; p < info.dlpi_phnum; ++p) {
+    const ElfW(Phdr)& h = info.dlpi_phdr[p];
+    const std::uintptr_t begin = info.dlpi_addr + h.p_vaddr;
+    if (h.p_type == PT_GNU_RELRO && a >= begin && a < begin + h.p_memsz) return true;
+  }
+  return false;
+}
+
+/// Points the GOT slot at `target`. Under RELRO its page is read-only: made writable for the
+/// store and read-only again; otherwise it stays writable, as the dynamic linker needs it for
+/// the lazy binding of the slot's neighbours.
+bool redirect(const dl_phdr_info& info, void** slot, void* target) {
   const long page = sysconf(_SC_PAGESIZE);
   auto* start = reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(slot) &
                                         ~static_cast<std::uintptr_t>(page - 1));
   if (mprotect(start, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE) != 0) return false;
   __atomic_store_n(slot, target, __ATOMIC_RELEASE);
-  mprotect(start, static_cast<std::size_t>(page), PROT_READ);
+  if (in_relro(info, slot)) mprotect(start, static_cast<std::size_t>(page), PROT_READ);
   return true;
 }
 
 int patch_tbb(dl_phdr_info* info, std::size_t, void* done) {
   if (!info->dlpi_name || !std::strstr(info->dlpi_name, "libtbb.so")) return 0;
   void** slot = got_slot(*info, "swapcontext");
-  if (slot && redirect(slot, reinterpret_cast<void*>(&pmap_swapcontext)))
+  if (slot && redirect(*info, slot, reinterpret_cast<void*>(&pmap_swapcontext)))
     *static_cast<bool*>(done) = true;
   return 1;
 }
@@ -190,9 +210,6 @@ bool install_fiber_switch() {
     if (shadow_stack_enabled()) return false;
     bool done = false;
     dl_iterate_phdr(patch_tbb, &done);
-    if (log_enabled(spdlog::level::debug))  // never creates the logger (SPEC 4)
-      logger()->debug("fiber switches: {}", done ? "pmap's (no signal-mask system call)"
-                                                  : "glibc's swapcontext (oneTBB's own)");
     return done;
   }();
   return installed;
