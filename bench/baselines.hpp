@@ -145,32 +145,100 @@ struct alignas(64) Sense {
   bool value = false;
 };
 
-/// @brief `ops` chained psums of `threads` rows of `len` floats by `threads` OpenMP threads,
-/// the way pmap's psum chain runs: barrier (operands ready), every thread sums all rows of
-/// `buf[k % 2]` into its row of `buf[(k + 1) % 2]`, barrier (operands free). Each operand was
-/// just written by its owner, so the peers' rows cross cores as they do in pmap. The least a
-/// 2-phase psum with in-place reads costs.
-inline void spin_psum(SpinBarrier& barrier, std::vector<Sense>& sense, int threads,
-                      float* const buf[2], std::size_t len, int ops) {
+/// @brief `ops` rounds of a hand-written collective on `threads` OpenMP threads: in round k
+/// every thread t calls step(t, k, sync) between two SpinBarrier phases (operands ready,
+/// operands free), and `sync()` is one more phase between two steps of its work. The
+/// collectives below are its steps: each reads the rows its peers just wrote, so the data
+/// crosses cores as in pmap, with as many barriers as pmap's algorithm for that collective.
+template <class Step>
+void spin_rounds(SpinBarrier& barrier, std::vector<Sense>& sense, int threads, int ops,
+                 const Step& step) {
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
     bool& mine = sense[static_cast<std::size_t>(t)].value;
-    const auto row = static_cast<std::size_t>(t) * len;
+    auto sync = [&] { barrier.arrive_and_wait(mine); };
     for (int k = 0; k < ops; ++k) {
-      const float* in = buf[k % 2];
-      float* o = buf[(k + 1) % 2] + row;
-      barrier.arrive_and_wait(mine);
-      std::memcpy(o, in, len * sizeof(float));
-      for (int p = 1; p < threads; ++p) {
-        const float* x = in + static_cast<std::size_t>(p) * len;
-#pragma omp simd
-        for (std::size_t j = 0; j < len; ++j) o[j] += x[j];
-      }
-      benchmark::DoNotOptimize(o);
-      barrier.arrive_and_wait(mine);
+      sync();
+      step(t, k, sync);
+      sync();
     }
   }
+}
+
+/// @brief `ops` chained psums of `threads` rows of `len` floats, the way pmap's small psum
+/// runs: every thread sums all rows of `buf[k % 2]` into its row of `buf[(k + 1) % 2]`
+/// (2 phases, in-place reads).
+inline void spin_psum(SpinBarrier& barrier, std::vector<Sense>& sense, int threads,
+                      float* const buf[2], std::size_t len, int ops) {
+  spin_rounds(barrier, sense, threads, ops, [&](int t, int k, auto&&) {
+    const float* in = buf[k % 2];
+    float* o = buf[(k + 1) % 2] + static_cast<std::size_t>(t) * len;
+    std::memcpy(o, in, len * sizeof(float));
+    for (int p = 1; p < threads; ++p) {
+      const float* x = in + static_cast<std::size_t>(p) * len;
+#pragma omp simd
+      for (std::size_t j = 0; j < len; ++j) o[j] += x[j];
+    }
+    benchmark::DoNotOptimize(o);
+  });
+}
+
+/// @brief `ops` chained psums over `threads` rows of `len` floats in `rows`, each over its own
+/// row, the way pmap's large psum of a donated operand runs (3 phases): thread t adds chunk t
+/// of every peer's row into chunk t of its own, sync, then copies the other chunks from the
+/// peers that reduced them.
+inline void spin_split_psum(SpinBarrier& barrier, std::vector<Sense>& sense, int threads,
+                            float* rows, std::size_t len, int ops) {
+  auto chunk = [&](int p) {
+    return len * static_cast<std::size_t>(p) / static_cast<std::size_t>(threads);
+  };
+  auto row = [&](int p) { return rows + static_cast<std::size_t>(p) * len; };
+  spin_rounds(barrier, sense, threads, ops, [&](int t, int, auto&& sync) {
+    float* o = row(t) + chunk(t);
+    const std::size_t m = chunk(t + 1) - chunk(t);
+    for (int p = 0; p < threads; ++p) {
+      if (p == t) continue;
+      const float* x = row(p) + chunk(t);
+#pragma omp simd
+      for (std::size_t j = 0; j < m; ++j) o[j] += x[j];
+    }
+    sync();
+    for (int p = 0; p < threads; ++p)
+      if (p != t)
+        std::memcpy(row(t) + chunk(p), row(p) + chunk(p),
+                    (chunk(p + 1) - chunk(p)) * sizeof(float));
+    benchmark::DoNotOptimize(o);
+  });
+}
+
+/// @brief `ops` chained shifts of `threads` rows of `len` floats (row t of `buf[(k + 1) % 2]`
+/// is row t - 1 of `buf[k % 2]`), as pmap's ppermute over a ring runs (2 phases).
+inline void spin_ppermute(SpinBarrier& barrier, std::vector<Sense>& sense, int threads,
+                          float* const buf[2], std::size_t len, int ops) {
+  spin_rounds(barrier, sense, threads, ops, [&](int t, int k, auto&&) {
+    const int from = (t + threads - 1) % threads;
+    float* o = buf[(k + 1) % 2] + static_cast<std::size_t>(t) * len;
+    std::memcpy(o, buf[k % 2] + static_cast<std::size_t>(from) * len, len * sizeof(float));
+    benchmark::DoNotOptimize(o);
+  });
+}
+
+/// @brief `ops` chained tiled all_to_alls of `threads` rows of `len` floats (`len` a multiple
+/// of `threads`): thread t copies block t of every row of `buf[k % 2]` into block p of its
+/// row of `buf[(k + 1) % 2]`, as pmap's all_to_all runs (2 phases).
+inline void spin_all_to_all(SpinBarrier& barrier, std::vector<Sense>& sense, int threads,
+                            float* const buf[2], std::size_t len, int ops) {
+  const std::size_t block = len / static_cast<std::size_t>(threads);
+  spin_rounds(barrier, sense, threads, ops, [&](int t, int k, auto&&) {
+    float* o = buf[(k + 1) % 2] + static_cast<std::size_t>(t) * len;
+    for (int p = 0; p < threads; ++p)
+      std::memcpy(
+          o + static_cast<std::size_t>(p) * block,
+          buf[k % 2] + static_cast<std::size_t>(p) * len + static_cast<std::size_t>(t) * block,
+          block * sizeof(float));
+    benchmark::DoNotOptimize(o);
+  });
 }
 
 // ---- triad: c = a + 0.5 * b -----------------------------------------------------------------

@@ -52,14 +52,14 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <regex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <utility>
 #include <vector>
-
-#include <unistd.h>
 
 #include <benchmark/benchmark.h>
 #include <oneapi/tbb/task_arena.h>
@@ -471,10 +471,46 @@ void oversubscription(Env& env) {
   c.measure(env.settings);
   const std::string size = "8 KiB psum, devices on 2 threads";
   env.report->add(pr::compare(c, "oversubscription", size, "4 on 2", "2 on 2", Case::kTime,
-                              Target::at_most(4.0)));
-  env.report->add(
-      pr::compare(c, "oversubscription", size, "8 on 2", "2 on 2", Case::kTime, Target{}));
+                              Target::at_most(2.5)));
+  env.report->add(pr::compare(c, "oversubscription", size, "8 on 2", "2 on 2", Case::kTime,
+                              Target::at_most(5.0)));
 }
+
+/// The hand-written peers of pmap's collectives in cache (bench/baselines.hpp): the same
+/// rows of `n` floats per thread, read from the other core's cache, with the barriers of the
+/// algorithm each stands for. One device per thread only: a thread is a device there.
+struct HandWritten {
+  HandWritten(int threads, std::int64_t n)
+      : t(threads),
+        len(static_cast<std::size_t>(n)),
+        a(filled(threads, n, 0.f, threads)),
+        b(filled(threads, n, 0.f, threads)),
+        bufs{a.data(), b.data()},
+        barrier(threads),
+        sense(static_cast<std::size_t>(threads)) {}
+  void add(Case& c, int ops, double received) {
+    add_omp(c, "spin_psum", t,
+            repeat([this, ops] { pb::spin_split_psum(barrier, sense, t, a.data(), len, ops); }),
+            ops, received);
+    add_omp(c, "spin_ppermute", t,
+            repeat([this, ops] { pb::spin_ppermute(barrier, sense, t, bufs, len, ops); }), ops,
+            received);
+    add_omp(c, "spin_all_to_all", t,
+            repeat([this, ops] { pb::spin_all_to_all(barrier, sense, t, bufs, len, ops); }), ops,
+            received);
+  }
+  static void report(Env& env, const Case& c, const std::string& size) {
+    for (const char* op : {"psum", "ppermute", "all_to_all"})
+      env.report->add(pr::compare(c, "bandwidth", size, op, std::string("spin_") + op, Case::kRate,
+                                  Target::at_least(0.8), "GB/s", 1e-9));
+  }
+  const int t;
+  const std::size_t len;
+  Tensor2 a, b;
+  float* const bufs[2];
+  pb::SpinBarrier barrier;
+  std::vector<pb::Sense> sense;
+};
 
 void bandwidth(Env& env) {
   const int d = env.devices;
@@ -560,11 +596,15 @@ void bandwidth(Env& env) {
               for (int k = 0; k < ops; ++k) pb::omp_memcpy_alloc(t, from.data(), row_bytes);
             }),
             ops, static_cast<double>(row_bytes) * t);
-    c.measure(env.settings);
-    // The targets are for memory bandwidth (out of cache). In cache, memcpy copies a thread's
-    // own L2-resident row while every collective must pull its peers' rows across cores
-    // (about 8 GB/s per core on this VM's mesh), so those rows are reported only.
     const bool out_of_cache = bytes > 4 * MiB;
+    std::optional<HandWritten> hand;
+    if (!out_of_cache && d == t) hand.emplace(t, n).add(c, ops, received);
+    c.measure(env.settings);
+    // The memcpy targets are for memory bandwidth (out of cache). In cache, memcpy copies a
+    // thread's own L2-resident row while every collective must pull its peers' rows across
+    // cores, so those rows are reported only; the hand-written collectives, which pull the
+    // same rows, are the targets there.
+    if (hand) HandWritten::report(env, c, size);
     auto target = [out_of_cache](Target goal) { return out_of_cache ? goal : Target{}; };
     for (const auto& [op, goal] :
          {std::pair{"psum", target(Target::at_least(0.6, 0.7))},

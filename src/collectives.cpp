@@ -1,11 +1,12 @@
-#include <fmt/format.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "pmap/detail/data_movement.hpp"
 #include "pmap/detail/hash.hpp"
+#include "pmap/detail/reductions.hpp"
 #include "pmap/detail/rendezvous.hpp"
 
 namespace pmap::detail {
@@ -24,6 +25,33 @@ std::uint64_t op_signature(OpKind kind, const char* dtype, const Shape& shape,
   h = hash_bytes(h, shape.dims.data(), static_cast<std::size_t>(shape.rank) * sizeof(std::int64_t));
   for (std::int64_t p : params) h = hash_bytes(h, &p, sizeof(p));
   return h;
+}
+
+namespace {
+
+struct KeptResult {
+  ResultKey key;
+  std::vector<unsigned char> data;
+};
+
+KeptResult& this_threads_result() {
+  static thread_local KeptResult kept;
+  return kept;
+}
+
+}  // namespace
+
+const void* kept_result(const ResultKey& key) {
+  const KeptResult& kept = this_threads_result();
+  return kept.key == key ? kept.data.data() : nullptr;
+}
+
+void keep_result(const ResultKey& key, const void* data) {
+  KeptResult& kept = this_threads_result();
+  kept.key = ResultKey{};  // invalid until the copy is complete (resize may throw)
+  kept.data.resize(key.bytes);
+  std::memcpy(kept.data.data(), data, key.bytes);
+  kept.key = key;
 }
 
 int canonical_axis(int axis, int ndim) {

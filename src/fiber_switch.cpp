@@ -123,13 +123,6 @@ pmap_swapcontext:
 namespace pmap::detail {
 namespace {
 
-/// Whether this thread runs with a user-space shadow stack (Linux 6.6+, ARCH_SHSTK_STATUS).
-bool shadow_stack_enabled() {
-  constexpr long kArchShstkStatus = 0x5005;
-  unsigned long features = 0;
-  return syscall(SYS_arch_prctl, kArchShstkStatus, &features) == 0 && (features & 1) != 0;
-}
-
 /// The GOT slot through which the loaded object `info` calls `symbol`, or nullptr.
 void** got_slot(const dl_phdr_info& info, const char* symbol) {
   const ElfW(Dyn)* dynamic = nullptr;
@@ -203,6 +196,12 @@ int patch_tbb(dl_phdr_info* info, std::size_t, void* done) {
 
 }  // namespace
 
+bool shadow_stack_enabled() {
+  constexpr long kArchShstkStatus = 0x5005;
+  unsigned long features = 0;
+  return syscall(SYS_arch_prctl, kArchShstkStatus, &features) == 0 && (features & 1) != 0;
+}
+
 bool install_fiber_switch() {
   static bool installed = [] {
     const char* setting = std::getenv("PMAP_FAST_SWITCH");
@@ -220,6 +219,7 @@ bool install_fiber_switch() {
 #else
 
 namespace pmap::detail {
+bool shadow_stack_enabled() { return false; }
 bool install_fiber_switch() { return false; }
 }  // namespace pmap::detail
 

@@ -1,11 +1,12 @@
 #include "pmap/detail/team.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "pmap/errors.hpp"
 
@@ -170,9 +171,17 @@ void Team::drain(int me, std::span<const int> members, std::uint64_t first,
 void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t target) {
   Slot& mine = slot(me);
   mine.phase.store(target, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+  // Only the arrival that completes the barrier wakes its waiting members: an earlier one
+  // would wake them only to suspend them again, each of them, at every arrival (7 switches
+  // per waiting device and barrier with 8 devices). Of two members arriving last together,
+  // at least one sees the other's phase (both stores and loads are sequentially
+  // consistent), and a member about to suspend counts itself a sleeper before it looks.
+  // Draining members, which also wait for members that returned, are woken by drain() and
+  // finish().
+  const bool complete = reached(members, target, me);
+  if (complete && sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
   if (!may_spin_) {
-    if (!reached(members, target, me)) {
+    if (!complete) {
       const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
       suspend_until(me, members, target);
       if (waited >= 0) tracing::wait(*this, me, waited);
@@ -185,7 +194,7 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
   if (mine.departed != Clock::time_point{})
     mine.phase_length += (now - mine.departed - mine.phase_length) / 4;
   mine.departed = now;  // the next phase starts now unless this one waits
-  if (reached(members, target, me)) return;
+  if (complete) return;
   const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
   SpinWaiter waiter(mine.phase_length);
   for (int i = 0;; ++i) {
@@ -274,6 +283,13 @@ void Team::suspend_locked(Slot& mine, Blocked& blocked) {
   lock_.unlock();
   mine.awake.wait(false, std::memory_order_acquire);
 #else
+  if (fibers::Fiber* f = this_thread().fiber) {
+    // Only this thread continues it: a peer may make it ready before it switched.
+    mine.fiber = f;
+    lock_.unlock();
+    fibers::suspend();
+    return;
+  }
   tbb::task::suspend([this, &mine](tbb::task::suspend_point sp) {
     mine.resume_point = sp;
     ThreadState& thread = this_thread();  // now runs a fresh dispatch loop
@@ -294,7 +310,10 @@ void Team::resume_locked(Slot& s) {
   s.awake.store(true, std::memory_order_release);
   s.awake.notify_one();
 #else
-  tbb::task::resume(s.resume_point);
+  if (fibers::Fiber* f = std::exchange(s.fiber, nullptr))
+    fibers::resume(f);
+  else
+    tbb::task::resume(s.resume_point);
 #endif
 }
 

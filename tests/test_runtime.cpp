@@ -1,16 +1,16 @@
 /// @file test_runtime.cpp
 /// @brief Runtime, RuntimeConfig, Device and the global shorthands (SPEC 2, 4).
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
-#include <cfenv>
 #include <atomic>
+#include <cfenv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <pthread.h>
+#include <sched.h>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -22,6 +22,7 @@
 #endif
 
 #include "pmap/detail/fiber_switch.hpp"
+#include "pmap/detail/fibers.hpp"
 #include "pmap/detail/pool.hpp"
 #include "test_util.hpp"
 
@@ -558,6 +559,143 @@ TEST(FiberSwitch, EachDeviceKeepsItsRoundingModeAcrossSuspensions) {
   EXPECT_EQ(rounding_mode(), FE_TONEAREST);
   // 40 steps of the ring bring every row back to where it started (40 = 5 * 8).
   EXPECT_TRUE(tensors_equal(out, x));
+}
+
+// Devices that outnumber the threads run on pmap's own fibers (src/fibers.cpp) unless
+// PMAP_FIBERS=0 (then as oneTBB resumable tasks).
+bool on_pmap_fibers() {
+#if PMAP_DEVICE_THREADS
+  return false;
+#else
+  return pmap::detail::fibers::available();
+#endif
+}
+
+// A device stays on the thread that started it: 8 devices on 2 threads, 30 collectives each,
+// every one a suspension, and each device sees one thread throughout.
+TEST(Fibers, DevicesStayOnTheThreadThatStartedThem) {
+  if (!on_pmap_fibers()) GTEST_SKIP() << "devices are not on pmap's fibers here";
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  std::vector<std::vector<std::thread::id>> seen(8);
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, auto x) {
+        auto& mine = seen[static_cast<std::size_t>(ctx.axis_index("i"))];
+        Eigen::Tensor<float, 1, RowMajor> v = x;
+        for (int k = 0; k < 30; ++k) {
+          mine.push_back(std::this_thread::get_id());
+          v = ctx.psum(v, "i");
+        }
+        mine.push_back(std::this_thread::get_id());
+        return v;
+      },
+      {.axis_name = "i", .runtime = &rt});
+  const auto x = make<Eigen::Tensor<float, 2, RowMajor>>(1, 8, 4);
+  const auto out = f(x);
+  for (const auto& device : seen) {
+    ASSERT_EQ(device.size(), 31u);
+    EXPECT_EQ(std::count(device.begin(), device.end(), device.front()), 31);
+  }
+  EXPECT_EQ(out.dimension(0), 8);
+}
+
+// Each device handles its own exception: 8 devices on 2 threads each catch an exception of
+// their own and wait in 5 collectives inside the handler, while the other devices of their
+// thread throw and catch theirs; back in the handler, each rethrows and finds its own (a
+// switch that shared the thread's exception stack would hand device 0 the exception of the
+// device that caught last on its thread), and nothing is in flight.
+TEST(Fibers, EachDeviceKeepsItsExceptionAcrossSuspensions) {
+  if (!on_pmap_fibers()) GTEST_SKIP() << "devices are not on pmap's fibers here";
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  std::atomic<int> wrong{0};
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, auto x) {
+        const std::string mine = "device " + std::to_string(ctx.axis_index("i"));
+        Eigen::Tensor<float, 1, RowMajor> v = x;
+        try {
+          throw std::runtime_error(mine);
+        } catch (const std::runtime_error& caught) {
+          for (int k = 0; k < 5; ++k) v = ctx.psum(v, "i");
+          if (caught.what() != mine) wrong.fetch_add(1);
+          if (std::uncaught_exceptions() != 0) wrong.fetch_add(1);
+          try {
+            throw;
+          } catch (const std::runtime_error& again) {
+            if (again.what() != mine) wrong.fetch_add(1);
+          }
+        }
+        return v;
+      },
+      {.axis_name = "i", .runtime = &rt});
+  const auto x = make<Eigen::Tensor<float, 2, RowMajor>>(1, 8, 4);
+  f(x);
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+// With 8 devices on 2 threads, the first device of a thread to finish a reduction keeps
+// its result for the others of its group on that thread (reduce_once_per_thread): each
+// device still gets its own group's result of its own call and collective. Two groups of
+// even and odd devices (each thread runs devices of both), a psum then a pmax over them,
+// then a psum over all, in calls with other inputs each.
+TEST(Fibers, ReductionResultsSharedOnAThreadAreOfTheirOwnCollective) {
+  pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
+  const pmap::Groups halves = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, auto x) {
+        Eigen::Tensor<float, 1, RowMajor> s = ctx.psum(x, "i", halves);
+        Eigen::Tensor<float, 1, RowMajor> m = ctx.pmax(x, "i", halves);
+        Eigen::Tensor<float, 1, RowMajor> all = ctx.psum(x, "i");
+        Eigen::Tensor<float, 1, RowMajor> out(3 * x.size());
+        for (Eigen::Index j = 0; j < x.size(); ++j) {
+          out(j) = s(j);
+          out(x.size() + j) = m(j);
+          out(2 * x.size() + j) = all(j);
+        }
+        return out;
+      },
+      {.axis_name = "i", .runtime = &rt});
+  for (int call = 0; call < 6; ++call) {
+    Eigen::Tensor<float, 2, RowMajor> x(8, 5);
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 5; ++j) x(i, j) = static_cast<float>((i * 7 + j * 3 + call * 11) % 17);
+    const auto out = f(x);
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 5; ++j) {
+        float sum = 0, max = 0, all = 0;
+        for (int k = 0; k < 8; ++k) {
+          all += x(k, j);
+          if (k % 2 != i % 2) continue;
+          sum += x(k, j);
+          max = std::max(max, x(k, j));
+        }
+        EXPECT_EQ(out(i, j), sum) << "call " << call << " device " << i;
+        EXPECT_EQ(out(i, 5 + j), max) << "call " << call << " device " << i;
+        EXPECT_EQ(out(i, 10 + j), all) << "call " << call << " device " << i;
+      }
+  }
+}
+
+// A device's fiber has a worker thread's stack (oneTBB's thread_stack_size, 4 MiB by
+// default): 1 MiB of locals, live across collectives, on each of 4 devices of one thread.
+TEST(Fibers, DevicesHaveAWorkerThreadsStack) {
+  pmap::Runtime rt({.num_devices = 4, .num_threads = 1});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto x) {
+        volatile unsigned char big[1 << 20];
+        const auto me = static_cast<unsigned char>(ctx.axis_index("i"));
+        for (std::size_t k = 0; k < sizeof big; k += 4096) big[k] = me;
+        Eigen::Tensor<float, 1, RowMajor> v = ctx.psum(x, "i");
+        int mismatches = 0;
+        for (std::size_t k = 0; k < sizeof big; k += 4096) mismatches += big[k] != me;
+        v(0) += static_cast<float>(mismatches);
+        return v;
+      },
+      {.axis_name = "i", .runtime = &rt});
+  Eigen::Tensor<float, 2, RowMajor> x(4, 3);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) x(i, j) = static_cast<float>(10 * i + j);
+  const auto out = f(x);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(out(i, j), static_cast<float>(60 + 4 * j));
 }
 
 }  // namespace

@@ -9,4 +9,8 @@ namespace pmap::detail {
 /// whether oneTBB now switches with it.
 bool install_fiber_switch();
 
+/// Whether this thread runs with a user-space shadow stack (Linux 6.6+, ARCH_SHSTK_STATUS):
+/// a switch of stacks that does not switch it too would fault at the next return.
+bool shadow_stack_enabled();
+
 }  // namespace pmap::detail

@@ -5,16 +5,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
 #include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/task_group.h>
 #include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
 #include <oneapi/tbb/task_scheduler_observer.h>
 
+#include "pmap/detail/fibers.hpp"
 #include "pmap/detail/thread_state.hpp"
 
 /// PMAP_DEVICE_THREADS: every device on its own std::thread, waits block the thread.
@@ -83,6 +85,17 @@ class Pool {
     for (auto& t : threads) t.join();
 #else
     (void)cancel;
+    if (on_fibers(n)) {
+      fibers::Work work{n, [](const void* b, int i) { (*static_cast<const Body*>(b))(i); }, &body};
+      if constexpr (!std::is_same_v<Cancel, std::nullptr_t>) {
+        work.cancel = [](const void* c, std::exception_ptr e) {
+          (*static_cast<const Cancel*>(c))(e);
+        };
+        work.canceller = &cancel;
+      }
+      fibers::run(arena_, threads_, work);
+      return;
+    }
     Claims<Body> claims(n, body);
     arena_.execute([&] {
       tbb::task_group group;
@@ -98,6 +111,15 @@ class Pool {
   }
 
  private:
+  /// Devices run on pmap's fibers (fibers.hpp) when they outnumber the threads of a call
+  /// made outside any device, and in every call made on such a fiber; oneTBB's resumable
+  /// tasks otherwise (and where pmap's fibers are not available).
+  bool on_fibers(int n) const {
+    const ThreadState& t = this_thread();
+    if (t.fiber) return true;
+    return n > threads_ && !t.device && !t.run && fibers::available();
+  }
+
   template <class Body>
   struct Claims final : Run {
     Claims(int count, const Body& b)

@@ -15,6 +15,7 @@
 
 #include <oneapi/tbb/task.h>
 
+#include "pmap/detail/fibers.hpp"
 #include "pmap/detail/shape.hpp"
 
 namespace pmap::detail {
@@ -102,7 +103,8 @@ struct alignas(64) Slot {
 
   // ---- suspension, guarded by Team::lock_ ---------------------------------------------------
   alignas(64) bool suspended = false;
-  tbb::task::suspend_point resume_point = nullptr;
+  tbb::task::suspend_point resume_point = nullptr;  ///< suspended as a oneTBB task
+  fibers::Fiber* fiber = nullptr;                   ///< suspended as a pmap fiber
   std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on
 
  private:

@@ -82,6 +82,8 @@ class Team {
   /// 0 for a call's team, 1 for the team of a pmap nested in its kernels, ...
   int nesting() const { return nesting_; }
   int num_axes() const { return num_axes_; }
+  /// Its local devices outnumber the runtime's threads: some run on one thread, in turn.
+  bool shares_threads() const { return !may_spin_; }
   const AxisBinding& axis(int a) const { return axes_[a]; }
   /// Index of member `m` along axis `a`.
   int index_on(int m, int a) const { return (m / strides_[a]) % axes_[a].size; }

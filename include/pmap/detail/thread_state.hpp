@@ -10,10 +10,14 @@ class Context;
 namespace pmap::detail {
 
 class Run;
+namespace fibers {
+struct Fiber;
+}
 
 /// What the current thread is running. Kept fiber-correct: a device sets and restores it
-/// around its kernel (DeviceScope), the pool around each device it runs, and Team around a
-/// suspension (a resumed device may continue on another thread, whose state it restores).
+/// around its kernel (DeviceScope), the pool around each device it runs, Team around a
+/// suspension (a resumed oneTBB task may continue on another thread, whose state it
+/// restores), and pmap's fibers around each switch.
 struct ThreadState {
   /// Its address tells threads apart (Slot::runner).
   char tag = 0;
@@ -23,6 +27,9 @@ struct ThreadState {
   /// The call whose device the current fiber runs: Team asks it for a worker (Run::on_block)
   /// before a device suspends.
   Run* run = nullptr;
+  /// The pmap fiber (fibers.hpp) the thread runs, or nullptr: a device on it waits by
+  /// switching back to its thread's loop, not by suspending a oneTBB task.
+  fibers::Fiber* fiber = nullptr;
 };
 
 inline ThreadState& this_thread() {
