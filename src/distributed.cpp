@@ -1,10 +1,10 @@
 // The MPI transport of multi-process pmap. Only this file sees MPI.
 #include "pmap/detail/distributed.hpp"
 
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <complex>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -13,13 +13,16 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+
+#include <fmt/format.h>
 
 #include "pmap/detail/dispatch.hpp"
 #include "pmap/detail/errors.hpp"
 #include "pmap/detail/team.hpp"
 #include "pmap/detail/trace_events.hpp"
-#include "pmap/errors.hpp"
 #include "pmap/distributed.hpp"
+#include "pmap/errors.hpp"
 #include "pmap/runtime.hpp"
 
 #if PMAP_WITH_MPI
@@ -182,20 +185,58 @@ void check(int rc, const char* what) {
 int size() { return state().size; }
 int rank() { return state().rank; }
 
-std::vector<Header> exchange_headers(const Header& mine,
-                                     [[maybe_unused]] const char* waiting_in) {
-  std::vector<Header> all(static_cast<std::size_t>(size()));
+void Frames::resize(std::size_t bytes) {
+  bytes_ = bytes;
+  stride_ = (sizeof(Header) + bytes + 63) / 64 * 64;
+  const std::size_t needed = stride_ * static_cast<std::size_t>(size());
+  if (frames_.size() < needed) frames_.resize(needed);
+  headers_.resize(static_cast<std::size_t>(size()));
+}
+
+void Frames::exchange(const Header& header, [[maybe_unused]] const char* waiting_in) {
+  const int me = rank();
+  headers_[static_cast<std::size_t>(me)] = header;
+  std::memcpy(payload(me) - sizeof(Header), &header, sizeof(Header));
 #if PMAP_WITH_MPI
-  if (size() > 1) {
-    const StallWatch::Scope waiting(stall_watch(), waiting_in);
-    check(MPI_Allgather(&mine, sizeof(Header), MPI_BYTE, all.data(), sizeof(Header), MPI_BYTE,
-                        state().comm),
-          "MPI_Allgather");
-    return all;
+  if (size() == 1) return;
+  constexpr int kFrameTag = 0x706d;
+  const int frame = static_cast<int>(sizeof(Header) + bytes_);
+  const StallWatch::Scope waiting(stall_watch(), waiting_in);
+  std::vector<MPI_Request> sends(static_cast<std::size_t>(size() - 1), MPI_REQUEST_NULL);
+  for (int k = 1; k < size(); ++k)
+    check(MPI_Isend(payload(me) - sizeof(Header), frame, MPI_BYTE, (me + k) % size(), kFrameTag,
+                    state().comm, &sends[static_cast<std::size_t>(k - 1)]),
+          "MPI_Isend");
+  bool short_frame = false;
+  for (int k = 1; k < size(); ++k) {
+    const int p = (me + size() - k) % size();
+    MPI_Message message;
+    MPI_Status status;
+    check(MPI_Mprobe(p, kFrameTag, state().comm, &message, &status), "MPI_Mprobe");
+    int count = 0;
+    check(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
+    // A frame of another size is another exchange's (a process that finished its call, or
+    // is in another collective): only its header is read.
+    unsigned char* into = payload(p) - sizeof(Header);
+    if (count != frame) {
+      other_.resize(std::max<std::size_t>(static_cast<std::size_t>(count), sizeof(Header)));
+      into = other_.data();
+    }
+    check(MPI_Mrecv(into, count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv");
+    short_frame = short_frame || static_cast<std::size_t>(count) < sizeof(Header);
+    std::memcpy(&headers_[static_cast<std::size_t>(p)], into, sizeof(Header));
   }
+  check(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
+        "MPI_Waitall");
+  if (short_frame) throw std::runtime_error("pmap: a message from another process is not a frame");
 #endif
-  all[0] = mine;
-  return all;
+}
+
+std::vector<Header> exchange_headers(const Header& mine, const char* waiting_in) {
+  thread_local Frames frames;
+  frames.resize(0);
+  frames.exchange(mine, waiting_in);
+  return frames.headers();
 }
 
 std::vector<std::string> exchange_messages(const std::vector<Header>& headers,
@@ -246,7 +287,68 @@ void allgather(const void* in, std::size_t bytes, void* out) {
   std::memcpy(out, in, bytes);
 }
 
-bool allreduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
+std::size_t element_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+    case DType::i32:
+      return 4;
+    case DType::f64:
+    case DType::i64:
+    case DType::c64:
+      return 8;
+    case DType::c128:
+      return 16;
+    case DType::none:
+      break;
+  }
+  return 0;
+}
+
+namespace {
+
+template <class T>
+void combine_as(T* out, const std::vector<const void*>& payloads, std::size_t count, ReduceOp op) {
+  const T* first = static_cast<const T*>(payloads[0]);
+  if (out != first) std::copy(first, first + count, out);
+  for (std::size_t p = 1; p < payloads.size(); ++p) {
+    const T* in = static_cast<const T*>(payloads[p]);
+    if constexpr (std::is_arithmetic_v<T>) {
+      if (op == ReduceOp::max) {
+        for (std::size_t i = 0; i < count; ++i) out[i] = std::max(out[i], in[i]);
+        continue;
+      }
+      if (op == ReduceOp::min) {
+        for (std::size_t i = 0; i < count; ++i) out[i] = std::min(out[i], in[i]);
+        continue;
+      }
+    }
+    for (std::size_t i = 0; i < count; ++i) out[i] += in[i];
+  }
+}
+
+}  // namespace
+
+void combine(void* out, const std::vector<const void*>& payloads, std::size_t count, DType dtype,
+             ReduceOp op) {
+  switch (dtype) {
+    case DType::f32:
+      return combine_as(static_cast<float*>(out), payloads, count, op);
+    case DType::f64:
+      return combine_as(static_cast<double*>(out), payloads, count, op);
+    case DType::i32:
+      return combine_as(static_cast<std::int32_t*>(out), payloads, count, op);
+    case DType::i64:
+      return combine_as(static_cast<std::int64_t*>(out), payloads, count, op);
+    case DType::c64:
+      return combine_as(static_cast<std::complex<float>*>(out), payloads, count, op);
+    case DType::c128:
+      return combine_as(static_cast<std::complex<double>*>(out), payloads, count, op);
+    case DType::none:
+      break;
+  }
+}
+
+bool allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
 #if PMAP_WITH_MPI
   MPI_Datatype type = MPI_DATATYPE_NULL;
   switch (dtype) {
@@ -263,14 +365,16 @@ bool allreduce(void* data, std::size_t count, DType dtype, ReduceOp op) {
   if (size() > 1) {
     const MPI_Op mpi_op = op == ReduceOp::sum ? MPI_SUM : op == ReduceOp::max ? MPI_MAX : MPI_MIN;
     const StallWatch::Scope waiting(stall_watch(), "a reduction across processes");
-    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, mpi_op, state().comm),
+    check(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, static_cast<int>(count), type, mpi_op,
+                        state().comm),
           "MPI_Allreduce");
+    return true;
   }
-  return true;
-#else
-  (void)data, (void)count, (void)dtype, (void)op;
-  return size() == 1;
 #endif
+  (void)op;
+  if (dtype == DType::none || size() > 1) return false;
+  if (in != out) std::memcpy(out, in, count * element_bytes(dtype));
+  return true;
 }
 
 Failure finish_call(Status status, int device, const std::string& message) {

@@ -32,6 +32,7 @@
 #include <oneapi/tbb/spin_mutex.h>
 #include <oneapi/tbb/task_group.h>
 
+#include "pmap/detail/cpu_relax.hpp"
 #include "pmap/detail/fiber_switch.hpp"
 #include "pmap/detail/thread_state.hpp"
 
@@ -123,8 +124,6 @@ struct Fiber {
 
 namespace {
 
-inline void cpu_relax() { __builtin_ia32_pause(); }
-
 /// The calling thread's exception state, laid out as ExceptionState.
 ExceptionState* thread_exceptions() {
   return reinterpret_cast<ExceptionState*>(abi::__cxa_get_globals());
@@ -196,6 +195,19 @@ void restore(const ThreadState& saved) {
   t.fiber = saved.fiber;
 }
 
+/// Runs index i on the calling stack, without a fiber (there is no memory for one), after
+/// work.cancel, so that it does not wait for peers; its exception propagates.
+void run_cancelled(const Work& work, int i, std::exception_ptr why) {
+  if (work.cancel) work.cancel(work.canceller, std::move(why));
+  const ThreadState saved = this_thread();
+  this_thread().run = nullptr;
+  struct Restore {
+    const ThreadState& saved;
+    ~Restore() { restore(saved); }
+  } restore_on_exit{saved};
+  work.run(work.body, i);
+}
+
 /// What the threads of one run() share: the work, who started what, the first failure.
 /// The indices are cut into one block per thread, as a static parallel_for would; a thread
 /// starts the devices of its own block, and those of a block whose thread has not come
@@ -230,18 +242,13 @@ struct Shared {
     tbb::spin_mutex::scoped_lock guard(lock);
     if (!error) error = std::move(e);
   }
-  /// Index i runs without a fiber (there is no memory for one): after work.cancel, so that
-  /// it does not wait for peers.
+  /// Index i runs without a fiber (there is no memory for one).
   void run_here(int i, std::exception_ptr why) {
-    if (work.cancel) work.cancel(work.canceller, why);
-    const ThreadState saved = this_thread();
-    this_thread().run = nullptr;
     try {
-      work.run(work.body, i);
+      run_cancelled(work, i, std::move(why));
     } catch (...) {
       fail(std::current_exception());
     }
-    restore(saved);
   }
 
   static constexpr int kInline = 128;
@@ -473,10 +480,15 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
     made.emplace(work, host ? 1 : threads);
   } catch (...) {  // no memory to share the indices: each runs here, cancelled
     const std::exception_ptr why = std::current_exception();
+    std::exception_ptr first;
     for (int i = 0; i < work.n; ++i) {
-      if (work.cancel) work.cancel(work.canceller, why);
-      work.run(work.body, i);
+      try {
+        run_cancelled(work, i, why);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     }
+    if (first) std::rethrow_exception(first);
     return;
   }
   Shared& shared = *made;

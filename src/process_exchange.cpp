@@ -7,19 +7,16 @@
 namespace pmap::detail {
 namespace {
 
-/// The header round of a collective: every process must be in the same collective.
-std::string check_headers(const Slot& mine, std::uint64_t bytes) {
-  mpi::Header header;
-  header.signature = mine.signature.load(std::memory_order_relaxed);
-  header.bytes = bytes;
-  const std::vector<mpi::Header> all = mpi::exchange_headers(header);
+/// The verdict of a header round: every process must be in the same collective.
+std::string check_headers(const Slot& mine, const std::vector<mpi::Header>& all) {
+  const std::uint64_t signature = mine.signature.load(std::memory_order_relaxed);
   for (std::size_t p = 0; p < all.size(); ++p) {
     if (all[p].status != mpi::Status::ok)
       return fmt::format("{} over axis {}: process {} waits in it, but process {} {}",
                          mine.desc.name, mine.axes, mpi::rank(), p,
                          all[p].status == mpi::Status::done ? "returned from its kernels without calling it"
                                                             : "failed or aborted");
-    if (all[p].signature != header.signature)
+    if (all[p].signature != signature)
       return fmt::format("{}: process {} called {} over axis {} on {}, but process {} called a "
                          "different collective or shape; every process must call the same "
                          "collectives in the same order with the same shapes",
@@ -31,26 +28,61 @@ std::string check_headers(const Slot& mine, std::uint64_t bytes) {
 
 }  // namespace
 
-void ProcessExchange::gather(const Slot& mine, const Slot* local, int count, int size,
-                             std::size_t bytes) {
+void ProcessExchange::exchange_frames(const Slot& mine, std::uint64_t bytes) {
+  mpi::Header header;
+  header.signature = mine.signature.load(std::memory_order_relaxed);
+  header.bytes = bytes;
+  frames_.exchange(header, "a collective across processes");
+  error_ = check_headers(mine, frames_.headers());
+}
+
+void ProcessExchange::gather(const Slot& mine, const Slot* local, int count, std::size_t bytes) {
   complete_ = false;
-  error_ = check_headers(mine, bytes);
-  if (error_.empty()) {
-    send_.resize(static_cast<std::size_t>(count) * bytes);
+  count_ = count;
+  const std::size_t payload = static_cast<std::size_t>(count) * bytes;
+  inline_ = payload <= mpi::kFramePayloadBytes;
+  frames_.resize(inline_ ? payload : 0);
+  if (inline_)
     for (int k = 0; k < count && bytes > 0; ++k)
-      std::memcpy(send_.data() + static_cast<std::size_t>(k) * bytes, local[k].published_in(),
+      std::memcpy(frames_.mine() + static_cast<std::size_t>(k) * bytes, local[k].published_in(),
                   bytes);
-    gathered_.resize(static_cast<std::size_t>(size) * bytes);
-    mpi::allgather(send_.data(), send_.size(), gathered_.data());
+  exchange_frames(mine, bytes);
+  if (error_.empty() && !inline_) {
+    std::vector<unsigned char> send(payload);
+    for (int k = 0; k < count && bytes > 0; ++k)
+      std::memcpy(send.data() + static_cast<std::size_t>(k) * bytes, local[k].published_in(),
+                  bytes);
+    gathered_.resize(static_cast<std::size_t>(mpi::size()) * payload);
+    mpi::allgather(send.data(), payload, gathered_.data());
   }
   complete_ = true;
 }
 
-void ProcessExchange::reduce(const Slot& mine, void* data, std::size_t count, mpi::DType dtype,
-                             mpi::ReduceOp op) {
+const unsigned char* ProcessExchange::gathered(int member, std::size_t bytes) const {
+  const int process = member / count_;
+  const std::size_t local = static_cast<std::size_t>(member % count_) * bytes;
+  if (inline_) return frames_.payload(process) + local;
+  return gathered_.data() + static_cast<std::size_t>(process * count_) * bytes + local;
+}
+
+void ProcessExchange::reduce(const Slot& mine, const void* in, void* out, std::size_t count,
+                             mpi::DType dtype, mpi::ReduceOp op) {
   complete_ = false;
-  error_ = check_headers(mine, count);
-  if (error_.empty()) mpi::allreduce(data, count, dtype, op);
+  const std::size_t bytes = count * mpi::element_bytes(dtype);
+  const bool in_frame = bytes <= mpi::kFramePayloadBytes;
+  frames_.resize(in_frame ? bytes : 0);
+  if (in_frame && bytes > 0) std::memcpy(frames_.mine(), in, bytes);
+  exchange_frames(mine, count);
+  if (error_.empty()) {
+    if (in_frame) {
+      std::vector<const void*> payloads;
+      payloads.reserve(static_cast<std::size_t>(mpi::size()));
+      for (int p = 0; p < mpi::size(); ++p) payloads.push_back(frames_.payload(p));
+      mpi::combine(out, payloads, count, dtype, op);
+    } else {
+      mpi::allreduce(in, out, count, dtype, op);
+    }
+  }
   complete_ = true;
 }
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "pmap/detail/cpu_relax.hpp"
 #include "pmap/errors.hpp"
 
 namespace pmap::detail {
@@ -27,12 +28,6 @@ constexpr int kSpinIterations = 256;
 constexpr auto kSpinWhileResuming = std::chrono::microseconds(100);
 
 using Clock = std::chrono::steady_clock;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 /// The wait policy above, for one wait (oneTBB's waiters.h is the model).
 class SpinWaiter {

@@ -301,6 +301,91 @@ TEST(Mpi, ProcessesCallingDifferentCollectivesFail) {
   EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
 }
 
+// Above mpi::kFramePayloadBytes (64 KiB) per process the data leaves the frame of the header
+// round for an MPI_Allgather or MPI_Allreduce after it.
+TEST(Mpi, CollectivesLargerThanAFrame) {
+  constexpr int cols = 20000;  // 80 KB per device, 320 KB per process
+  compare([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); }, cols);
+  compare([](pmap::Context& ctx, auto v) { return ctx.pmax(v, "i"); }, cols);
+  compare([](pmap::Context& ctx, auto v) { return ctx.pmean(v, "i"); }, cols);
+  compare([](pmap::Context& ctx, auto v) { return pmap::eval(ctx.all_gather(v, "i").chip(1, 0)); },
+          cols);
+  compare([](pmap::Context& ctx, auto v) { return ctx.pbroadcast(v, "i", ctx.axis_size("i") - 1); },
+          cols);
+}
+
+// Every process combines the processes' contributions in rank order: the same bits everywhere,
+// even where a float sum depends on its order.
+TEST(Mpi, ReductionsGiveTheSameBitsOnEveryProcess) {
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const float scale = ctx.axis_index("i") % 2 == 0 ? 1e8f : 1e-3f;
+        Vec mine = pmap::eval(v * scale + static_cast<float>(ctx.axis_index("i")) * 0.37f);
+        Vec total = ctx.psum(mine, "i");
+        return ctx.all_gather(total, "i");  // every device's (and so process's) result
+      },
+      {.axis_name = "i", .runtime = multi});
+  for (const int cols : {7, 20000}) {
+    Mat x(kLocal, cols);
+    x.setConstant(1.3f);
+    const Eigen::Tensor<float, 3, Eigen::RowMajor> all = f(x);
+    for (int d = 0; d < kLocal; ++d)
+      for (int k = 0; k < global_n(); ++k)
+        for (int j = 0; j < cols; j += 97)
+          ASSERT_EQ(all(d, k, j), all(0, 0, j)) << cols << " " << d << " " << k << " " << j;
+  }
+}
+
+// One device per process: the device's input is the process's contribution, not a copy.
+TEST(Mpi, OneDevicePerProcess) {
+  pmap::Runtime one({.num_devices = 1, .num_threads = 1});
+  ASSERT_EQ(one.device_count(), procs());
+  for (const int cols : {5, 20000}) {
+    Mat x(1, cols);
+    for (int j = 0; j < cols; ++j)
+      x(0, j) = static_cast<float>(rank() + 1) * static_cast<float>(j % 13);
+    const Mat before = x;
+    auto sum = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
+                          {.axis_name = "i", .runtime = &one});
+    auto mean = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.pmean(v, "i"); },
+                           {.axis_name = "i", .runtime = &one});
+    auto max = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.pmax(v, "i"); },
+                          {.axis_name = "i", .runtime = &one});
+    const Mat s = sum(x), m = mean(x), top = max(x);
+    const float weights = static_cast<float>(procs() * (procs() + 1) / 2);
+    for (int j = 0; j < cols; j += 31) {
+      const float base = static_cast<float>(j % 13);
+      ASSERT_EQ(s(0, j), weights * base) << j;
+      ASSERT_FLOAT_EQ(m(0, j), weights * base / static_cast<float>(procs())) << j;
+      ASSERT_EQ(top(0, j), static_cast<float>(procs()) * base) << j;
+      ASSERT_EQ(x(0, j), before(0, j)) << j;
+    }
+  }
+}
+
+// A frame of another size (another shape, above or below the frame limit) fails the
+// collective on every process, and the next call works.
+TEST(Mpi, ProcessesCallingACollectiveOnDifferentShapesFail) {
+  for (const int other : {9, 20000}) {
+    auto f = pmap::pmap(
+        [other](pmap::Context& ctx, auto v) {
+          if (ctx.device().process_index == 0) return ctx.psum(v, "i");
+          Vec longer(other);
+          longer.setConstant(1.f);
+          return pmap::eval(
+              ctx.psum(longer, "i")
+                  .slice(Eigen::array<Eigen::Index, 1>{0}, Eigen::array<Eigen::Index, 1>{3}));
+        },
+        {.axis_name = "i", .runtime = multi});
+    Vec x(kLocal);
+    x.setConstant(1.f);
+    EXPECT_THROW(f(Mat(kLocal, 3).setConstant(1.f)), pmap::DeviceError) << other;
+    auto g = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
+                        {.axis_name = "i", .runtime = multi});
+    EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
+  }
+}
+
 /// A trace of a multi-process call: one file per process ({process} in the path), each
 /// with its own process index as pid and its own devices' tracks.
 TEST(Mpi, TraceWritesOneFilePerProcess) {

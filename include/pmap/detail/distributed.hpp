@@ -34,6 +34,38 @@ struct Header {
 /// a process that waits for the others past PMAP_PROCESS_TIMEOUT.
 std::vector<Header> exchange_headers(const Header& mine,
                                      const char* waiting_in = "a collective across processes");
+
+/// One round of frames: a header followed by `bytes` of payload, from every process to every
+/// other in one point-to-point message each. A round meets any other round (a frame's size
+/// is probed, not assumed), so a process in a collective learns from the header of a process
+/// that finished its call or disagrees, without a second MPI call for the payload.
+class Frames {
+ public:
+  /// Room for every process's frame of `bytes` payload.
+  void resize(std::size_t bytes);
+  /// This process's payload, to be written before exchange().
+  unsigned char* mine() { return payload(rank()); }
+  /// Sends this process's frame (`header`, mine()) and receives the others'. A payload of
+  /// another process is in place when its header carries the same `bytes` and status ok.
+  void exchange(const Header& header, const char* waiting_in);
+  const Header& header(int process) const { return headers_[static_cast<std::size_t>(process)]; }
+  const std::vector<Header>& headers() const { return headers_; }
+  unsigned char* payload(int process) {
+    return frames_.data() + static_cast<std::size_t>(process) * stride_ + sizeof(Header);
+  }
+  const unsigned char* payload(int process) const {
+    return frames_.data() + static_cast<std::size_t>(process) * stride_ + sizeof(Header);
+  }
+
+ private:
+  std::size_t bytes_ = 0, stride_ = sizeof(Header);
+  std::vector<unsigned char> frames_, other_;  // other_: a frame of an unexpected size
+  std::vector<Header> headers_;
+};
+
+/// Payloads up to this size travel in the frame of the collective's header round; larger
+/// ones in an MPI_Allgather or MPI_Allreduce after it.
+inline constexpr std::size_t kFramePayloadBytes = 64 * 1024;
 /// Gathers every process's failure message (after a header round that announced them).
 std::vector<std::string> exchange_messages(const std::vector<Header>& headers,
                                            const std::string& mine);
@@ -42,8 +74,15 @@ void allgather(const void* in, std::size_t bytes, void* out);
 
 enum class DType { f32, f64, i32, i64, c64, c128, none };
 enum class ReduceOp { sum, max, min };
-/// In-place MPI_Allreduce; returns false (nothing done) for a dtype MPI cannot reduce.
-bool allreduce(void* data, std::size_t count, DType dtype, ReduceOp op);
+/// MPI_Allreduce of `in` into `out` (in place when they are the same); returns false
+/// (nothing done) for a dtype MPI cannot reduce.
+bool allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
+/// Bytes of one element of `dtype`.
+std::size_t element_bytes(DType dtype);
+/// `out` = the reduction of `count` elements at each of `payloads` (in that order, so every
+/// process gets the same bits).
+void combine(void* out, const std::vector<const void*>& payloads, std::size_t count, DType dtype,
+             ReduceOp op);
 
 /// The end of a multi-process call: rounds of headers until every process is done; returns
 /// the first failure of another process (process, device, message), if any.

@@ -1,7 +1,9 @@
 /// @file process_exchange.hpp
 /// @brief The MPI side of a collective whose team spans processes: the local leader's one
-/// exchange per collective (a header round that checks every process calls the same
-/// collective, then one allgather or allreduce), and what the other local devices learn of it.
+/// exchange per collective (a round of frames whose headers check that every process calls
+/// the same collective and whose payloads carry the data up to mpi::kFramePayloadBytes; above
+/// that, one MPI_Allgather or MPI_Allreduce after it), and what the other local devices learn
+/// of it.
 #pragma once
 
 #include <cstddef>
@@ -15,26 +17,34 @@ namespace pmap::detail {
 
 class ProcessExchange {
  public:
-  /// Leader only: the header round, then the inputs of the local slots [local, local +
-  /// count) (`bytes` each) of every process into gathered(), `size` inputs in all.
-  void gather(const Slot& mine, const Slot* local, int count, int size, std::size_t bytes);
-  /// Leader only: the header round, then an in-place allreduce of `data`.
-  void reduce(const Slot& mine, void* data, std::size_t count, mpi::DType dtype,
+  /// Leader only: the inputs of the local slots [local, local + count) (`bytes` each) of
+  /// every process, `count` per process, afterwards read by gathered().
+  void gather(const Slot& mine, const Slot* local, int count, std::size_t bytes);
+  /// Leader only: `out` = the reduction over processes of `in` (`count` elements each; `in`
+  /// may be `out`).
+  void reduce(const Slot& mine, const void* in, void* out, std::size_t count, mpi::DType dtype,
               mpi::ReduceOp op);
   /// After the exchange, on every local device: whether it went wrong (another process
   /// disagreed, or the leader left it by an exception), and what to say, from `mine`.
   bool failed() const { return !complete_ || !error_.empty(); }
   std::string error(const Slot& mine) const;
-  const unsigned char* gathered() const { return gathered_.data(); }
+  /// After gather(): member `member`'s input (members in process order, `count` each).
+  const unsigned char* gathered(int member, std::size_t bytes) const;
   void reset() {
     error_.clear();
     complete_ = true;
   }
 
  private:
-  std::vector<unsigned char> send_, gathered_;  // written by the leader only
-  std::string error_;      ///< the header round's verdict, empty if every process agreed
-  bool complete_ = true;   ///< false while the leader is inside an exchange
+  /// The header round of a collective of `bytes` (per process), with frames_'s payloads.
+  void exchange_frames(const Slot& mine, std::uint64_t bytes);
+
+  mpi::Frames frames_;                   // written by the leader only
+  std::vector<unsigned char> gathered_;  // a gather too large for a frame
+  int count_ = 1;                        // members per process of the last gather
+  bool inline_ = true;                   // the last gather's inputs are in frames_
+  std::string error_;     ///< the header round's verdict, empty if every process agreed
+  bool complete_ = true;  ///< false while the leader is inside an exchange
 };
 
 }  // namespace pmap::detail

@@ -158,7 +158,7 @@ class Peers {
       case Path::staged:
         return reinterpret_cast<const T*>(s.staged_copy(parity_));
       case Path::gathered:
-        return reinterpret_cast<const T*>(team_.gathered() + static_cast<std::size_t>(member(k)) * bytes_);
+        return reinterpret_cast<const T*>(team_.gathered(member(k), bytes_));
       case Path::in_place:
         break;
     }

@@ -160,19 +160,23 @@ class Team {
   std::span<const int> local_members() const { return local_members_; }
   int local_leader() const { return local_begin_; }
   /// Leader only: the exchange of a collective with the other processes (ProcessExchange):
-  /// every local member's input (`bytes` each) into gathered(), or an allreduce of `data`.
+  /// every local member's input (`bytes` each), read by gathered(), or a reduction of `in`
+  /// into `out`.
   void exchange_gather(int me, std::size_t bytes) {
-    exchange_.gather(slot(me), &slot(local_begin_), local_count_, size_, bytes);
+    exchange_.gather(slot(me), &slot(local_begin_), local_count_, bytes);
   }
-  void exchange_reduce(int me, void* data, std::size_t count, mpi::DType dtype,
+  void exchange_reduce(int me, const void* in, void* out, std::size_t count, mpi::DType dtype,
                        mpi::ReduceOp op) {
-    exchange_.reduce(slot(me), data, count, dtype, op);
+    exchange_.reduce(slot(me), in, out, count, dtype, op);
   }
   /// After the exchange: every local member throws the leader's exchange failure, if any.
   void raise_if_exchange_failed(int me) const {
     if (exchange_.failed()) throw RemoteFailure(device_id(me), exchange_.error(slot(me)));
   }
-  const unsigned char* gathered() const { return exchange_.gathered(); }
+  /// After exchange_gather(): member `member`'s input, `bytes` long.
+  const unsigned char* gathered(int member, std::size_t bytes) const {
+    return exchange_.gathered(member, bytes);
+  }
 
   /// Nested pmap, leader of the nesting rendezvous only: creates the child team of outer x
   /// inner devices. A child of a cancelled team starts cancelled, and fail() cancels the
