@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <complex>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -13,7 +12,6 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
-#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -202,7 +200,8 @@ void Frames::exchange(const Header& header, [[maybe_unused]] const char* waiting
   constexpr int kFrameTag = 0x706d;
   const int frame = static_cast<int>(sizeof(Header) + bytes_);
   const StallWatch::Scope waiting(stall_watch(), waiting_in);
-  std::vector<MPI_Request> sends(static_cast<std::size_t>(size() - 1), MPI_REQUEST_NULL);
+  thread_local std::vector<MPI_Request> sends;  // grows once: no allocation per round
+  sends.assign(static_cast<std::size_t>(size() - 1), MPI_REQUEST_NULL);
   for (int k = 1; k < size(); ++k)
     check(MPI_Isend(payload(me) - sizeof(Header), frame, MPI_BYTE, (me + k) % size(), kFrameTag,
                     state().comm, &sends[static_cast<std::size_t>(k - 1)]),
@@ -232,7 +231,7 @@ void Frames::exchange(const Header& header, [[maybe_unused]] const char* waiting
 #endif
 }
 
-std::vector<Header> exchange_headers(const Header& mine, const char* waiting_in) {
+const std::vector<Header>& exchange_headers(const Header& mine, const char* waiting_in) {
   thread_local Frames frames;
   frames.resize(0);
   frames.exchange(mine, waiting_in);
@@ -265,7 +264,7 @@ std::vector<std::string> exchange_messages(const std::vector<Header>& headers,
   return out;
 }
 
-void allgather(const void* in, std::size_t bytes, void* out) {
+void allgather_in_place([[maybe_unused]] void* data, [[maybe_unused]] std::size_t bytes) {
 #if PMAP_WITH_MPI
   if (size() > 1) {
     // Counts are ints in MPI: move big payloads as larger elements.
@@ -278,13 +277,11 @@ void allgather(const void* in, std::size_t bytes, void* out) {
     if (count > static_cast<std::size_t>(INT32_MAX))
       throw std::length_error("pmap: collective payload too large for MPI_Allgather");
     const StallWatch::Scope waiting(stall_watch(), "a collective across processes");
-    check(MPI_Allgather(in, static_cast<int>(count), type, out, static_cast<int>(count), type,
+    check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, static_cast<int>(count), type,
                         state().comm),
           "MPI_Allgather");
-    return;
   }
 #endif
-  std::memcpy(out, in, bytes);
 }
 
 std::size_t element_bytes(DType dtype) {
@@ -302,50 +299,6 @@ std::size_t element_bytes(DType dtype) {
       break;
   }
   return 0;
-}
-
-namespace {
-
-template <class T>
-void combine_as(T* out, const std::vector<const void*>& payloads, std::size_t count, ReduceOp op) {
-  const T* first = static_cast<const T*>(payloads[0]);
-  if (out != first) std::copy(first, first + count, out);
-  for (std::size_t p = 1; p < payloads.size(); ++p) {
-    const T* in = static_cast<const T*>(payloads[p]);
-    if constexpr (std::is_arithmetic_v<T>) {
-      if (op == ReduceOp::max) {
-        for (std::size_t i = 0; i < count; ++i) out[i] = std::max(out[i], in[i]);
-        continue;
-      }
-      if (op == ReduceOp::min) {
-        for (std::size_t i = 0; i < count; ++i) out[i] = std::min(out[i], in[i]);
-        continue;
-      }
-    }
-    for (std::size_t i = 0; i < count; ++i) out[i] += in[i];
-  }
-}
-
-}  // namespace
-
-void combine(void* out, const std::vector<const void*>& payloads, std::size_t count, DType dtype,
-             ReduceOp op) {
-  switch (dtype) {
-    case DType::f32:
-      return combine_as(static_cast<float*>(out), payloads, count, op);
-    case DType::f64:
-      return combine_as(static_cast<double*>(out), payloads, count, op);
-    case DType::i32:
-      return combine_as(static_cast<std::int32_t*>(out), payloads, count, op);
-    case DType::i64:
-      return combine_as(static_cast<std::int64_t*>(out), payloads, count, op);
-    case DType::c64:
-      return combine_as(static_cast<std::complex<float>*>(out), payloads, count, op);
-    case DType::c128:
-      return combine_as(static_cast<std::complex<double>*>(out), payloads, count, op);
-    case DType::none:
-      break;
-  }
 }
 
 bool allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op) {
@@ -426,7 +379,7 @@ void agree_on_call(Verdict verdict, const std::string& error, std::int64_t n,
   const std::string& text = verdict == Verdict::valid ? description : error;
   mine.signature = std::hash<std::string>{}(text);
   mine.message_bytes = text.size();
-  const std::vector<mpi::Header> all = mpi::exchange_headers(mine, "the start of a call");
+  const std::vector<mpi::Header>& all = mpi::exchange_headers(mine, "the start of a call");
   bool any_failed = false, differ = false;
   for (const mpi::Header& h : all) {
     any_failed = any_failed || h.status != mpi::Status::ok;

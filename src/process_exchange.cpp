@@ -42,19 +42,13 @@ void ProcessExchange::gather(const Slot& mine, const Slot* local, int count, std
   const std::size_t payload = static_cast<std::size_t>(count) * bytes;
   inline_ = payload <= mpi::kFramePayloadBytes;
   frames_.resize(inline_ ? payload : 0);
-  if (inline_)
-    for (int k = 0; k < count && bytes > 0; ++k)
-      std::memcpy(frames_.mine() + static_cast<std::size_t>(k) * bytes, local[k].published_in(),
-                  bytes);
+  if (!inline_) gathered_.resize(static_cast<std::size_t>(mpi::size()) * payload);
+  unsigned char* const here =
+      inline_ ? frames_.mine() : gathered_.data() + static_cast<std::size_t>(mpi::rank()) * payload;
+  for (int k = 0; k < count && bytes > 0; ++k)
+    std::memcpy(here + static_cast<std::size_t>(k) * bytes, local[k].published_in(), bytes);
   exchange_frames(mine, bytes);
-  if (error_.empty() && !inline_) {
-    std::vector<unsigned char> send(payload);
-    for (int k = 0; k < count && bytes > 0; ++k)
-      std::memcpy(send.data() + static_cast<std::size_t>(k) * bytes, local[k].published_in(),
-                  bytes);
-    gathered_.resize(static_cast<std::size_t>(mpi::size()) * payload);
-    mpi::allgather(send.data(), payload, gathered_.data());
-  }
+  if (error_.empty() && !inline_) mpi::allgather_in_place(gathered_.data(), payload);
   complete_ = true;
 }
 
@@ -65,7 +59,7 @@ const unsigned char* ProcessExchange::gathered(int member, std::size_t bytes) co
   return gathered_.data() + static_cast<std::size_t>(process * count_) * bytes + local;
 }
 
-void ProcessExchange::reduce(const Slot& mine, const void* in, void* out, std::size_t count,
+bool ProcessExchange::reduce(const Slot& mine, const void* in, void* out, std::size_t count,
                              mpi::DType dtype, mpi::ReduceOp op) {
   complete_ = false;
   const std::size_t bytes = count * mpi::element_bytes(dtype);
@@ -73,17 +67,9 @@ void ProcessExchange::reduce(const Slot& mine, const void* in, void* out, std::s
   frames_.resize(in_frame ? bytes : 0);
   if (in_frame && bytes > 0) std::memcpy(frames_.mine(), in, bytes);
   exchange_frames(mine, count);
-  if (error_.empty()) {
-    if (in_frame) {
-      std::vector<const void*> payloads;
-      payloads.reserve(static_cast<std::size_t>(mpi::size()));
-      for (int p = 0; p < mpi::size(); ++p) payloads.push_back(frames_.payload(p));
-      mpi::combine(out, payloads, count, dtype, op);
-    } else {
-      mpi::allreduce(in, out, count, dtype, op);
-    }
-  }
+  if (error_.empty() && !in_frame) mpi::allreduce(in, out, count, dtype, op);
   complete_ = true;
+  return error_.empty() && in_frame;
 }
 
 std::string ProcessExchange::error(const Slot& mine) const {

@@ -30,10 +30,11 @@ struct Header {
   std::uint64_t message_bytes = 0;   ///< failure message length
 };
 
-/// All processes' headers, in rank order. `waiting_in` names the exchange in the message of
-/// a process that waits for the others past PMAP_PROCESS_TIMEOUT.
-std::vector<Header> exchange_headers(const Header& mine,
-                                     const char* waiting_in = "a collective across processes");
+/// All processes' headers, in rank order (valid until the calling thread's next exchange).
+/// `waiting_in` names the exchange in the message of a process that waits for the others
+/// past PMAP_PROCESS_TIMEOUT.
+const std::vector<Header>& exchange_headers(
+    const Header& mine, const char* waiting_in = "a collective across processes");
 
 /// One round of frames: a header followed by `bytes` of payload, from every process to every
 /// other in one point-to-point message each. A round meets any other round (a frame's size
@@ -45,10 +46,10 @@ class Frames {
   void resize(std::size_t bytes);
   /// This process's payload, to be written before exchange().
   unsigned char* mine() { return payload(rank()); }
-  /// Sends this process's frame (`header`, mine()) and receives the others'. A payload of
-  /// another process is in place when its header carries the same `bytes` and status ok.
+  /// Sends this process's frame (`header`, mine()) and receives the others'. Another
+  /// process's payload is in place when its frame had the same size, which every process of
+  /// the same collective (the same signature) sends.
   void exchange(const Header& header, const char* waiting_in);
-  const Header& header(int process) const { return headers_[static_cast<std::size_t>(process)]; }
   const std::vector<Header>& headers() const { return headers_; }
   unsigned char* payload(int process) {
     return frames_.data() + static_cast<std::size_t>(process) * stride_ + sizeof(Header);
@@ -69,20 +70,17 @@ inline constexpr std::size_t kFramePayloadBytes = 64 * 1024;
 /// Gathers every process's failure message (after a header round that announced them).
 std::vector<std::string> exchange_messages(const std::vector<Header>& headers,
                                            const std::string& mine);
-/// MPI_Allgather of `bytes` per process into `out` (size() * bytes).
-void allgather(const void* in, std::size_t bytes, void* out);
+/// MPI_Allgather, in place: process p's `bytes` are at data + p * bytes (this process's
+/// written before the call).
+void allgather_in_place(void* data, std::size_t bytes);
 
 enum class DType { f32, f64, i32, i64, c64, c128, none };
 enum class ReduceOp { sum, max, min };
+/// Bytes of one element of `dtype`.
+std::size_t element_bytes(DType dtype);
 /// MPI_Allreduce of `in` into `out` (in place when they are the same); returns false
 /// (nothing done) for a dtype MPI cannot reduce.
 bool allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
-/// Bytes of one element of `dtype`.
-std::size_t element_bytes(DType dtype);
-/// `out` = the reduction of `count` elements at each of `payloads` (in that order, so every
-/// process gets the same bits).
-void combine(void* out, const std::vector<const void*>& payloads, std::size_t count, DType dtype,
-             ReduceOp op);
 
 /// The end of a multi-process call: rounds of headers until every process is done; returns
 /// the first failure of another process (process, device, message), if any.

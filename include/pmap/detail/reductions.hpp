@@ -62,11 +62,12 @@ void reduce_here_and_across(Member& me, const GroupInfo& g, const Collective& c,
     meeting.check();
     Acc* const total = static_cast<Acc*>(team.slot(team.local_leader()).published_out());
     // A lone local device's input is the process's contribution as it is.
+    constexpr OpKind reduced = K == OpKind::pmean ? OpKind::psum : K;
     const void* contribution = total;
     if (std::is_same_v<Acc, T> && count == 1)
       contribution = team.slot(team.local_leader()).published_in();
     else
-      reduce_block<K == OpKind::pmean ? OpKind::psum : K, Acc, T>(
+      reduce_block<reduced, Acc, T>(
           total + chunk(position), chunk(position + 1) - chunk(position), count, [&](int k) {
             return static_cast<const T*>(
                        team.slot(local[static_cast<std::size_t>(k)]).published_in()) +
@@ -77,8 +78,11 @@ void reduce_here_and_across(Member& me, const GroupInfo& g, const Collective& c,
       constexpr mpi::ReduceOp op = K == OpKind::pmax   ? mpi::ReduceOp::max
                                    : K == OpKind::pmin ? mpi::ReduceOp::min
                                                        : mpi::ReduceOp::sum;
-      team.exchange_reduce(me.index, contribution, total, static_cast<std::size_t>(size),
-                           mpi_dtype<Acc>(), op);
+      if (team.exchange_reduce(me.index, contribution, total, static_cast<std::size_t>(size),
+                               mpi_dtype<Acc>(), op))
+        reduce_block<reduced, Acc, Acc>(total, size, mpi::size(), [&](int p) {
+          return reinterpret_cast<const Acc*>(team.contribution(p));
+        });
       if constexpr (K == OpKind::pmean)
         MutArrayMap<Acc>(total, static_cast<Eigen::Index>(size)) /= static_cast<Acc>(g.members.size());
     }

@@ -160,15 +160,16 @@ class Team {
   std::span<const int> local_members() const { return local_members_; }
   int local_leader() const { return local_begin_; }
   /// Leader only: the exchange of a collective with the other processes (ProcessExchange):
-  /// every local member's input (`bytes` each), read by gathered(), or a reduction of `in`
-  /// into `out`.
+  /// every local member's input (`bytes` each), read by gathered(), or the reduction of `in`
+  /// (true: the caller combines contribution(p) of every process p into `out`).
   void exchange_gather(int me, std::size_t bytes) {
     exchange_.gather(slot(me), &slot(local_begin_), local_count_, bytes);
   }
-  void exchange_reduce(int me, const void* in, void* out, std::size_t count, mpi::DType dtype,
+  bool exchange_reduce(int me, const void* in, void* out, std::size_t count, mpi::DType dtype,
                        mpi::ReduceOp op) {
-    exchange_.reduce(slot(me), in, out, count, dtype, op);
+    return exchange_.reduce(slot(me), in, out, count, dtype, op);
   }
+  const unsigned char* contribution(int process) const { return exchange_.contribution(process); }
   /// After the exchange: every local member throws the leader's exchange failure, if any.
   void raise_if_exchange_failed(int me) const {
     if (exchange_.failed()) throw RemoteFailure(device_id(me), exchange_.error(slot(me)));
