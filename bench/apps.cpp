@@ -14,7 +14,8 @@
 //   heat_stencil    1000 steps of the 1-D periodic heat equation in one pmap call, two
 //                   one-point ppermutes per step (the halo exchange), 4096 and 262144 points,
 //                   2 and 8 devices on 2 threads; vs OpenMP updating the same shards with one
-//                   barrier per step
+//                   barrier per step. Its halo_exchange rows: the two ppermutes of a step alone
+//                   against one, what the second costs (2 and 8 devices on 2 threads)
 //   monte_carlo     a European call priced from 2^21 paths, each device its own stream, one
 //                   psum of the payoff sums; vs OpenMP over the same streams with a reduction,
 //                   in paths/s
@@ -268,6 +269,45 @@ void heat_row(Env& env, Index points, int d, int steps, Target target) {
       compare(c, "heat_stencil", size, "pmap", format("omp, %d shards", d), Case::kTime, target));
 }
 
+/// A halo exchange of `exchanges` one-point ppermutes per step (1: to the right; 2: to the
+/// right and to the left), `steps` steps in one call, and nothing else.
+auto halo_kernel(int steps, int exchanges) {
+  return [steps, exchanges](pmap::Context& ctx, auto block) {
+    const int d = ctx.axis_size("x");
+    std::vector<std::pair<int, int>> to_right, to_left;
+    for (int i = 0; i < d; ++i) {
+      to_right.emplace_back(i, (i + 1) % d);
+      to_left.emplace_back(i, (i + d - 1) % d);
+    }
+    Tensor1 edge(1);
+    edge(0) = block(0);
+    float sum = 0;
+    for (int s = 0; s < steps; ++s) {
+      sum += ctx.ppermute(edge, "x", to_right)(0);
+      if (exchanges == 2) sum += ctx.ppermute(edge, "x", to_left)(0);
+    }
+    return sum;
+  };
+}
+
+/// What the second ppermute of a step costs: the halo exchange both ways against one way,
+/// d devices on 2 threads (a stencil's two ppermutes per step cost at most 1.5x one).
+void halo_row(Env& env, int d, int steps) {
+  pmap::Runtime rt({.num_devices = d, .num_threads = 2});
+  auto one = pmap::pmap(halo_kernel(steps, 1), {.axis_name = "x", .runtime = &rt});
+  auto two = pmap::pmap(halo_kernel(steps, 2), {.axis_name = "x", .runtime = &rt});
+  Tensor2 blocks(d, 4);
+  blocks.setConstant(1.f);
+  Tensor1 out(d);
+  const std::string size = format("1 point, %d steps, ", steps) + devices_threads(d, 2);
+  Case c("halo exchange, " + size);
+  c.add("2 ppermutes per step", repeat([&] { two.into(out, blocks); }), 1);
+  c.add("1 ppermute per step", repeat([&] { one.into(out, blocks); }), 1);
+  c.measure(env.settings);
+  env.report->add(compare(c, "halo_exchange", size, "2 ppermutes per step", "1 ppermute per step",
+                          Case::kTime, Target::at_most(1.5)));
+}
+
 }  // namespace
 
 void heat_stencil(Env& env) {
@@ -277,6 +317,8 @@ void heat_stencil(Env& env) {
   heat_row(env, 4096, 8, steps, Target::at_most(4.0));
   heat_row(env, 262144, 2, steps, Target::at_most(1.05));
   heat_row(env, 262144, 8, steps, Target::at_most(1.3));
+  halo_row(env, 2, steps);
+  halo_row(env, 8, steps);
 }
 
 // ---- Monte Carlo -----------------------------------------------------------------------------

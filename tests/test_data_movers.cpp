@@ -274,6 +274,58 @@ TEST_P(Collectives, PbroadcastGivesEveryDeviceTheSourceValue) {
   EXPECT_TRUE(tensors_near(c, replicate(h, N)));
 }
 
+TEST_P(Collectives, PermutationsOfSkewedDevicesRunAheadAndStayExact) {
+  // A small ppermute, pshuffle or pbroadcast waits only for the device it reads, so a fast
+  // device runs several of them ahead of a slow one and rewrites its staged copies while the
+  // slow one may still be reading an older one (it must first wait for that reader). Skew the
+  // devices (a different one sleeps on each step), mix in collectives over the whole group
+  // and large ppermutes (in place), and check every value.
+  const int steps = 80;
+  F2 x = make<F2>(21, n(), 3);
+  auto f = pmap::pmap(
+      [steps](pmap::Context& ctx, auto v) {
+        const int me = ctx.axis_index("i");
+        const int N = ctx.axis_size("i");
+        auto mod = [N](int a) { return ((a % N) + N) % N; };
+        std::vector<std::pair<int, int>> shift;  // device 0 receives zeros
+        for (int p = 0; p + 1 < N; ++p) shift.emplace_back(p, p + 1);
+        int wrong = 0;
+        int right = me;
+        int left = me;
+        F1 big(16 * 1024);
+        for (int k = 0; k < steps; ++k) {
+          if (mod(k + me) % 9 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+          right = ctx.ppermute(right, "i", ring(N, 1));
+          left = ctx.ppermute(left, "i", ring(N, -1));
+          if (right != mod(me - k - 1) || left != mod(me + k + 1)) ++wrong;
+          F1 small(3);
+          small.setConstant(static_cast<float>(100 * me + k));
+          const F1 s = ctx.ppermute(small, "i", shift);
+          const float want = me == 0 ? 0.f : static_cast<float>(100 * (me - 1) + k);
+          if (s(0) != want || s(2) != want) ++wrong;
+          std::vector<int> perm;
+          for (int p = 0; p < N; ++p) perm.push_back(mod(p * 3 + k));
+          if (ctx.pshuffle(10 * me + k, "i", perm) != 10 * perm[static_cast<std::size_t>(me)] + k)
+            ++wrong;
+          if (k % 3 == 0 && ctx.pbroadcast(7 * me + k, "i", k % N) != 7 * (k % N) + k) ++wrong;
+          if (k % 5 == 0 && ctx.psum(me, "i") != N * (N - 1) / 2) ++wrong;
+          if (k % 11 == 0) {
+            big.setConstant(static_cast<float>(me + k));
+            const F1 b = ctx.ppermute(big, "i", ring(N, 1));
+            const auto from = static_cast<float>(mod(me - 1) + k);
+            if (b(0) != from || b(big.size() - 1) != from) ++wrong;
+          }
+        }
+        return std::make_tuple(ctx.psum(v, "i"), wrong);
+      },
+      on_axis(rt()));
+  for (int call = 0; call < 3; ++call) {
+    auto [sum, wrong] = f(x);
+    EXPECT_TRUE(tensors_near(sum, replicate(group_sum(x, iota(n())), n()))) << "call " << call;
+    for (Index p = 0; p < n(); ++p) EXPECT_EQ(wrong(p), 0) << "call " << call << ", device " << p;
+  }
+}
+
 // ---- result types (SPEC 2.3) ----------------------------------------------------------------
 
 TEST_P(Collectives, ResultTypesFollowTheSpec) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "collective_util.hpp"
@@ -144,6 +145,42 @@ TEST_P(Misuse, OneDeviceCallsAnExtraCollective) {
       },
       on_axis(rt(), kAxis));
   expect_device_error([&] { (void)f(x); }, {"pmax", kAxis});
+  expect_healthy();
+}
+
+TEST_P(Misuse, OneDeviceCallsAPpermuteThatNobodyWaitsFor) {
+  // Device 0 receives nothing from this permutation, so its ppermute waits for nobody; device
+  // 1, which would read device 0's input, returns without calling it. The call must fail
+  // anyway, when the devices are seen to have called different numbers of collectives.
+  if (n() < 2) GTEST_SKIP();
+  F2 x = make<F2>(12, n(), 3);
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) -> F1 {
+        F1 s = ctx.psum(v, kAxis);
+        if (ctx.axis_index() == 0)
+          return ctx.ppermute(s, kAxis, std::vector<std::pair<int, int>>{{0, 1}});
+        return s;
+      },
+      on_axis(rt(), kAxis));
+  const std::string what = expect_device_error([&] { (void)f(x); }, {"ppermute", kAxis});
+  EXPECT_NE(what.find("returned from its kernel without calling it"), std::string::npos) << what;
+  expect_healthy();
+}
+
+TEST_P(Misuse, OneDeviceSkipsAPpermuteBeforeAPsum) {
+  // The device after the one that skips the ring permutation reads from it, and finds it in
+  // the psum that follows instead.
+  if (n() < 2) GTEST_SKIP();
+  F2 x = make<F2>(13, n(), 3);
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        F1 s = pmap::eval(v);
+        if (ctx.axis_index() != 0) s = ctx.ppermute(s, kAxis, ring(ctx.axis_size(), 1));
+        return ctx.psum(s, kAxis);
+      },
+      on_axis(rt(), kAxis));
+  const std::string what = expect_device_error([&] { (void)f(x); }, {kAxis});
+  EXPECT_NE(what.find("ppermute"), std::string::npos) << what;
   expect_healthy();
 }
 

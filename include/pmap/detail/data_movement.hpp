@@ -3,6 +3,7 @@
 /// ppermute, pshuffle, pbroadcast) as copies over the engine's peers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -155,7 +156,8 @@ auto all_to_all(Context& ctx, Source&& x, const AxisNames& axes, int split_axis,
 }
 
 /// ppermute's, pshuffle's and pbroadcast's parameters: member p receives the input of
-/// member from (this device's source), or zeros when from < 0.
+/// member from (this device's source), or zeros when from < 0; member `to` receives this
+/// device's (-1: nobody, Collective::kWholeGroup: every member).
 struct PermuteOp {
   const GroupInfo* g;
   const char* name;
@@ -163,6 +165,7 @@ struct PermuteOp {
   std::int64_t source;     ///< pbroadcast's source (signed), 0 otherwise
   std::uint64_t perm_hash;  ///< added to the collective's signature
   int from;
+  int to;
   template <class X>
   using Leaf = PermuteLeaf<X>;
 };
@@ -208,6 +211,8 @@ auto permute(Context& ctx, Input&& x, const PermuteOp& op) {
   PermuteLeaf<X> leaf(ctx, std::forward<Input>(x), op);
   Collective c = leaf.describe();
   c.signature ^= op.perm_hash;  // members that pass different permutations differ
+  c.source = op.from;
+  c.reader = op.to;
   meet_one<typename Operand<X>::T>(ctx, *op.g, c, leaf);
   return leaf.take();
 }
@@ -220,24 +225,48 @@ inline int permutation_source(const GroupInfo& g, const std::vector<std::pair<in
     if (dst == g.position) from = src;
   return from;
 }
+/// ppermute's destination for this device (-1: it sends to nobody), of validated pairs.
+inline int permutation_destination(const GroupInfo& g,
+                                   const std::vector<std::pair<int, int>>& perm) {
+  for (const auto& [src, dst] : perm)
+    if (src == g.position) return dst;
+  return -1;
+}
 
 /// The PermuteOps of ppermute, pshuffle and pbroadcast, validated.
 inline PermuteOp ppermute_op(Context& ctx, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
   const GroupInfo& g = Access::group(ctx, axes, {}, false, "ppermute");
   const int from = permutation_source(g, perm);
-  return PermuteOp{&g, "ppermute", OpKind::ppermute, 0,
-                   hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])), from};
+  return PermuteOp{.g = &g,
+                   .name = "ppermute",
+                   .kind = OpKind::ppermute,
+                   .source = 0,
+                   .perm_hash = hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])),
+                   .from = from,
+                   .to = permutation_destination(g, perm)};
 }
 inline PermuteOp pshuffle_op(Context& ctx, const AxisNames& axes, const std::vector<int>& perm) {
   const GroupInfo& g = Access::group(ctx, axes, {}, false, "pshuffle");
   check_shuffle(perm, g);
-  return PermuteOp{&g, "pshuffle", OpKind::ppermute, 0, hash_bytes(1, perm.data(), perm.size() * sizeof(int)),
-                   perm[static_cast<std::size_t>(g.position)]};
+  const auto to = std::find(perm.begin(), perm.end(), g.position) - perm.begin();
+  return PermuteOp{.g = &g,
+                   .name = "pshuffle",
+                   .kind = OpKind::ppermute,
+                   .source = 0,
+                   .perm_hash = hash_bytes(1, perm.data(), perm.size() * sizeof(int)),
+                   .from = perm[static_cast<std::size_t>(g.position)],
+                   .to = static_cast<int>(to)};
 }
 inline PermuteOp pbroadcast_op(Context& ctx, const AxisNames& axes, int source) {
   const GroupInfo& g = Access::group(ctx, axes, {}, false, "pbroadcast");
   check_source(source, g);
-  return PermuteOp{&g, "pbroadcast", OpKind::pbroadcast, source, 0, source};
+  return PermuteOp{.g = &g,
+                   .name = "pbroadcast",
+                   .kind = OpKind::pbroadcast,
+                   .source = source,
+                   .perm_hash = 0,
+                   .from = source,
+                   .to = g.position == source ? Collective::kWholeGroup : -1};
 }
 
 template <class X, class Input>

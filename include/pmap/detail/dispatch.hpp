@@ -97,6 +97,7 @@ void run_device(Team& team, int index, const Device* device, Runtime* runtime, B
   try {
     if (team.cancelled()) throw Cancelled{};
     body(ctx);
+    team.slot(index).final_phase = Access::member(ctx).phase;
   } catch (const Cancelled&) {
     failed = true;
   } catch (...) {
@@ -127,6 +128,11 @@ class DispatchTimer {
 /// After the devices: the first failure, rethrown as is; under MPI, every process's outcome
 /// first (a failure elsewhere is a DeviceError naming the device).
 void rethrow_failure(const Team& team, int processes);
+
+/// After devices [first, first + n) of a call that did not fail returned: all of them called
+/// as many collectives (E14 otherwise). A point-to-point collective (a ppermute) waits only
+/// for its source, so a device that skipped one that nobody had to wait for is found here.
+void check_same_collectives(const Team& team, int first, int n);
 
 /// Joins the nesting rendezvous of the enclosing call: every outer device calls the inner
 /// pmap, the first creates the shared team of outer x inner devices.

@@ -58,6 +58,13 @@ struct Collective {
   /// `in` points at other buffers the peers read too (a tree's table of leaves): never
   /// staged, whatever its size.
   bool in_place = false;
+  /// A collective in which each device reads one peer's input (ppermute, pshuffle,
+  /// pbroadcast): the group position of the one it reads (`source`) and of the one that
+  /// reads it (`reader`), -1 for nobody, kWholeGroup for every member (pbroadcast's source
+  /// is read by all). Staged, such a collective waits for its source alone.
+  static constexpr int kWholeGroup = -2;
+  int source = kWholeGroup;
+  int reader = kWholeGroup;
 };
 
 /// Describes a collective of `name` and `kind` over an input of scalar T.
@@ -93,8 +100,15 @@ class Described {
 /// path is a sequence of meet() calls and work, run by run().
 class Meeting {
  public:
-  Meeting(Member& me, std::span<const int> members, int phases)
-      : team_(*me.team), me_(me.index), members_(members), base_(me.phase), phases_(phases) {
+  /// @param point_to_point `members` are the peers `me` reads, not its group
+  /// (Team::arrive_and_wait).
+  Meeting(Member& me, std::span<const int> members, int phases, bool point_to_point = false)
+      : team_(*me.team),
+        me_(me.index),
+        members_(members),
+        base_(me.phase),
+        phases_(phases),
+        point_to_point_(point_to_point) {
     PMAP_ASSERT(phases >= 1 && phases <= static_cast<int>(kPhasesPerCollective));
     me.phase = base_ + kPhasesPerCollective;  // whichever path this is
   }
@@ -104,7 +118,8 @@ class Meeting {
   /// The collective's next barrier.
   void meet() {
     PMAP_ASSERT(met_ < phases_);
-    team_.arrive_and_wait(me_, members_, base_ + static_cast<std::uint64_t>(++met_));
+    team_.arrive_and_wait(me_, members_, base_ + static_cast<std::uint64_t>(++met_),
+                          point_to_point_);
   }
   /// After the first barrier: every member published this collective (E14 otherwise); for a
   /// staged collective, parity >= 0 names its copy.
@@ -122,7 +137,8 @@ class Meeting {
       failure = std::current_exception();
     }
     if (failure) {
-      team_.drain(me_, members_, base_ + 1, base_ + static_cast<std::uint64_t>(phases_));
+      team_.drain(me_, members_, base_ + 1, base_ + static_cast<std::uint64_t>(phases_),
+                  point_to_point_);
       std::rethrow_exception(failure);
     }
   }
@@ -135,6 +151,7 @@ class Meeting {
   std::span<const int> members_;
   std::uint64_t base_;
   int phases_;
+  bool point_to_point_;
   int met_ = 0;
 };
 
@@ -195,6 +212,37 @@ inline Path choose_path(const Team& team, const GroupInfo& g, const Collective& 
   return Path::in_place;
 }
 
+/// Before `me` rewrites staged copy `parity`: waits until whoever may still read it has moved
+/// on. After a staged collective over the whole group nobody can (its barrier waited for every
+/// member); after a point-to-point one, its reader may still be in it.
+inline void await_copy_readers(Member& me, int parity) {
+  const int reader = me.copy_reader[parity];
+  if (reader == Member::kNobody) return;
+  Team& team = *me.team;
+  if (reader == Member::kEveryone)
+    team.await_readers(me.index, team.local_members(), me.read_until[parity]);
+  else
+    team.await_readers(me.index, std::span<const int>(&reader, 1), me.read_until[parity]);
+  me.copy_reader[parity] = Member::kNobody;
+}
+
+/// After the staged collective `c` of `me` on copy `parity`, whose phases start at `base`:
+/// who may read which copy, and until when (they are done when they arrive at their next
+/// collective).
+inline void note_copy_readers(Member& me, const GroupInfo& g, const Collective& c, int parity,
+                              std::uint64_t base) {
+  me.read_until[parity] = base + kPhasesPerCollective + 1;
+  if (c.source == Collective::kWholeGroup) {
+    me.copy_reader[parity] = Member::kEveryone;
+    me.copy_reader[1 - parity] = Member::kNobody;  // every member arrived here: done with it
+  } else if (c.reader == Collective::kWholeGroup) {
+    me.copy_reader[parity] = Member::kEveryone;
+  } else {
+    me.copy_reader[parity] =
+        c.reader >= 0 ? g.members[static_cast<std::size_t>(c.reader)] : Member::kNobody;
+  }
+}
+
 /// rendezvous() on `path`.
 template <class T, class Work>
 void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, Work&& work) {
@@ -203,15 +251,24 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, Wor
   const OpDesc desc{c.name, c.dtype, c.shape};
   switch (path) {
     case Path::staged: {
+      // A point-to-point collective meets its source alone: no barrier over the group.
+      const bool point_to_point = c.source != Collective::kWholeGroup;
+      const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
+      const std::span<const int> awaited = point_to_point
+                                               ? std::span<const int>(&source, source >= 0 ? 1 : 0)
+                                               : std::span<const int>(g.members);
+      await_copy_readers(me, static_cast<int>(me.staged & 1));
+      const std::uint64_t base = me.phase;
       const int parity = team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++,
                                              c.in, c.bytes);
-      Meeting meeting(me, g.members, 1);
+      Meeting meeting(me, awaited, 1, point_to_point);
       Peers<T> peers(meeting, g, path, parity, c.bytes);
       meeting.run([&] {
         meeting.meet();
         meeting.check(parity);
         work(peers);
       });
+      note_copy_readers(me, g, c, parity, base);
       return;
     }
     case Path::gathered: {

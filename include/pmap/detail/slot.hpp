@@ -56,6 +56,9 @@ struct alignas(64) Slot {
   // ---- read by peers ------------------------------------------------------------------------
   std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
   std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
+  /// Peers suspended until this device arrives anywhere (Slot::awaits): its arrival wakes
+  /// them.
+  std::atomic<int> awaited_by{0};
   /// The thread running this device (its ThreadState::tag), kSuspendedRunner while suspended,
   /// kResumingRunner once resumed until a thread continues it, nullptr before it starts: a
   /// waiting peer spins only while that can help.
@@ -100,9 +103,15 @@ struct alignas(64) Slot {
   std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
   /// Tracing: "i=3" or "x=1,y=0", written by the device when its first traced kernel starts.
   char trace_coordinates[48] = {};
+  /// Phases completed when the kernel returned normally (Member::phase): the devices of a
+  /// call compare them afterwards (check_same_collectives).
+  std::uint64_t final_phase = 0;
 
   // ---- suspension, guarded by Team::lock_ ---------------------------------------------------
   alignas(64) bool suspended = false;
+  /// Suspended in a point-to-point wait (a ppermute's source, a staged copy's reader): the
+  /// member whose next arrival resumes it; -1 in a barrier, which its last arrival completes.
+  int awaits = -1;
   tbb::task::suspend_point resume_point = nullptr;  ///< suspended as a oneTBB task
   fibers::Fiber* fiber = nullptr;                   ///< suspended as a pmap fiber
   std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on

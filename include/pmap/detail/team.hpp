@@ -120,16 +120,25 @@ class Team {
 
   /// Phase k of the current collective of `me`: publish, wake waiting peers, wait until every
   /// member reached it. Throws Cancelled if another device failed, DeviceError (E14) if a
-  /// member returned from its kernel or called a different collective.
-  void arrive_and_wait(int me, std::span<const int> members, std::uint64_t target);
+  /// member returned from its kernel or called a different collective. `point_to_point`:
+  /// `members` are the only peers `me` reads (a ppermute's source), not its whole group, so
+  /// that `me` neither waits for the others nor completes a barrier they wait in; it waits
+  /// until the peer it awaits arrives anywhere (wake_awaiting).
+  void arrive_and_wait(int me, std::span<const int> members, std::uint64_t target,
+                       bool point_to_point = false);
+  /// Waits, without arriving anywhere, until each of `readers` reached `target` or returned
+  /// from its kernel: before `me` rewrites a staged copy that a point-to-point collective let
+  /// them read (they are done once they arrived at their next collective). Throws as
+  /// arrive_and_wait does.
+  void await_readers(int me, std::span<const int> readers, std::uint64_t target);
   /// Leaves a collective that `me` abandons by an exception after publishing its buffers:
   /// goes on arriving at the collective's barriers [first, last] without doing its work,
   /// each time until every member arrived there too or returned from its kernel, so that no
   /// peer still reads the buffers when the caller unwinds and frees them. Ignores
   /// cancellation (every member drains the same way); returns early only when no local
   /// device is left running at all (then nobody can be reading).
-  void drain(int me, std::span<const int> members, std::uint64_t first,
-             std::uint64_t last) noexcept;
+  void drain(int me, std::span<const int> members, std::uint64_t first, std::uint64_t last,
+             bool point_to_point = false) noexcept;
   /// Checks that every member published the same collective signature as `me` (for a staged
   /// collective, parity >= 0: the signature of that copy).
   void check_agreement(int me, std::span<const int> members, std::uint64_t target,
@@ -197,13 +206,29 @@ class Team {
   enum class Awaited { running, resuming, blocked };
   Awaited awaited(std::span<const int> members, std::uint64_t target) const;
   void wake(std::span<const int> members);
+  /// Resumes the members suspended in a point-to-point wait for `me` (Slot::awaits).
+  void wake_awaiting(int me);
+  /// After `me` stored a new phase: wakes whoever awaits it alone.
+  void announce(int me) {
+    if (slot(me).awaited_by.load(std::memory_order_seq_cst) > 0) wake_awaiting(me);
+  }
+  /// In a point-to-point wait, under the lock: records in `mine` the member it awaits, or
+  /// returns false when none of `members` is short of `target` any more.
+  bool await_one(Slot& mine, std::span<const int> members, std::uint64_t target);
   void wake_all_locked();
   void resume_locked(Slot& s);
   int count_finished() const;
-  /// Suspends `me` until the members reached `target`. While draining: until drained(), and
-  /// returns false instead of throwing when no local device is left running.
-  bool suspend_until(int me, std::span<const int> members, std::uint64_t target,
-                     bool draining = false);
+  /// What a suspended device waits for: every member at the barrier (reached()); every member
+  /// there or returned, while draining (drained(); no local device left running: return
+  /// false, not an error); the readers of a staged copy (await_readers: also drained()).
+  enum class Wait { barrier, drain, readers };
+  /// On a fiber, waiting for one peer: lets the other ready fibers of its thread run, a few
+  /// times, until the members reached `target` (true), else returns false (suspend then).
+  bool yield_until(int me, std::span<const int> members, std::uint64_t target);
+  /// Suspends `me` until `wait` is satisfied for the members and `target`. `point_to_point`:
+  /// records which member it awaits (Slot::awaits), whose next arrival resumes it.
+  bool suspend_until(int me, std::span<const int> members, std::uint64_t target, Wait wait,
+                     bool point_to_point);
   /// Suspends `me`, whose Blocked scope holds the lock, until a peer resumes it.
   class Blocked;
   void suspend_locked(Slot& mine, Blocked& blocked);
@@ -241,6 +266,12 @@ struct Member {
   int index = 0;               ///< position in the team
   std::uint64_t phase = 0;     ///< phases completed by this device
   std::uint64_t staged = 0;    ///< staged collectives so far (which copy is next)
+  /// Who may still read staged copy k: kNobody, kEveryone (a collective over the whole team
+  /// read it) or one member (a ppermute's destination); done when it reached read_until[k].
+  static constexpr int kNobody = -1;
+  static constexpr int kEveryone = -2;
+  int copy_reader[2] = {kNobody, kNobody};
+  std::uint64_t read_until[2] = {0, 0};
 };
 
 inline const void* const kSuspendedRunner = &kSuspendedRunner;
