@@ -14,7 +14,10 @@
 /// - staged: small inputs of a collective over the whole team are copied into the slot, one
 ///   of two copies by parity; peers read the copy, so the one barrier before the work is
 ///   the only one (the next staged collective's barrier keeps a copy from being rewritten
-///   while it is read);
+///   while it is read). A collective in which each device reads one peer (ppermute,
+///   pshuffle, pbroadcast) waits for that peer alone instead of a barrier, and a device that
+///   rewrites a copy such a collective let a peer read first waits for that reader
+///   (await_copy_readers);
 /// - in place: peers read the caller's buffers; 2 barriers, plus one per sync();
 /// - gathered: across processes, the local devices meet, their leader exchanges every input
 ///   with the other processes in one MPI call, and each device reads what it needs from the

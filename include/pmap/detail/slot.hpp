@@ -23,8 +23,9 @@ namespace pmap::detail {
 /// Inputs up to this size are copied into the device's slot before a collective over the whole
 /// team, alternating between two copies: peers then read the copy, not the caller's buffer,
 /// and the collective needs one barrier instead of two (the one before the next such
-/// collective ensures nobody still reads a copy when it is written again). Above it, peers
-/// read the caller's buffer in place and a second barrier releases it.
+/// collective ensures nobody still reads a copy when it is written again; after a ppermute,
+/// which waits for its source alone, the device waits for the copy's reader instead). Above
+/// it, peers read the caller's buffer in place and a second barrier releases it.
 inline constexpr std::size_t kStagedBytes = 8 * 1024;
 
 /// A buffer a device no longer needs (a donated input, or a tensor passed to

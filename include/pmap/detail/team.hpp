@@ -222,8 +222,8 @@ class Team {
   /// there or returned, while draining (drained(); no local device left running: return
   /// false, not an error); the readers of a staged copy (await_readers: also drained()).
   enum class Wait { barrier, drain, readers };
-  /// On a fiber, waiting for one peer: lets the other ready fibers of its thread run, a few
-  /// times, until the members reached `target` (true), else returns false (suspend then).
+  /// On a fiber: lets the other ready fibers of its thread run, a few times, until the
+  /// members reached `target` (true), else returns false (suspend then).
   bool yield_until(int me, std::span<const int> members, std::uint64_t target);
   /// Suspends `me` until `wait` is satisfied for the members and `target`. `point_to_point`:
   /// records which member it awaits (Slot::awaits), whose next arrival resumes it.
