@@ -246,6 +246,31 @@ inline void note_copy_readers(Member& me, const GroupInfo& g, const Collective& 
   }
 }
 
+/// The staged path of rendezvous(): the input copied into the slot, one barrier (or, point
+/// to point, a wait for the source alone), the work over the peers' copies.
+template <class T, class Work>
+void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
+                 const OpDesc& desc, Work& work) {
+  Team& team = *me.team;
+  const bool point_to_point = c.source != Collective::kWholeGroup;
+  const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
+  const std::span<const int> awaited = point_to_point
+                                           ? std::span<const int>(&source, source >= 0 ? 1 : 0)
+                                           : std::span<const int>(g.members);
+  await_copy_readers(me, static_cast<int>(me.staged & 1));
+  const std::uint64_t base = me.phase;
+  const int parity =
+      team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes);
+  Meeting meeting(me, awaited, 1, point_to_point);
+  Peers<T> peers(meeting, g, Path::staged, parity, c.bytes);
+  meeting.run([&] {
+    meeting.meet();
+    meeting.check(parity);
+    work(peers);
+  });
+  note_copy_readers(me, g, c, parity, base);
+}
+
 /// rendezvous() on `path`.
 template <class T, class Work>
 void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, Work&& work) {
@@ -253,27 +278,9 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, Wor
   const std::uint64_t signature = c.signature ^ g.signature;
   const OpDesc desc{c.name, c.dtype, c.shape};
   switch (path) {
-    case Path::staged: {
-      // A point-to-point collective meets its source alone: no barrier over the group.
-      const bool point_to_point = c.source != Collective::kWholeGroup;
-      const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
-      const std::span<const int> awaited = point_to_point
-                                               ? std::span<const int>(&source, source >= 0 ? 1 : 0)
-                                               : std::span<const int>(g.members);
-      await_copy_readers(me, static_cast<int>(me.staged & 1));
-      const std::uint64_t base = me.phase;
-      const int parity = team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++,
-                                             c.in, c.bytes);
-      Meeting meeting(me, awaited, 1, point_to_point);
-      Peers<T> peers(meeting, g, path, parity, c.bytes);
-      meeting.run([&] {
-        meeting.meet();
-        meeting.check(parity);
-        work(peers);
-      });
-      note_copy_readers(me, g, c, parity, base);
+    case Path::staged:
+      meet_staged<T>(me, g, c, signature, desc, work);
       return;
-    }
     case Path::gathered: {
       team.publish(me.index, desc, g.axis_label, signature, c.in, c.out);
       Meeting meeting(me, team.local_members(), 3);
