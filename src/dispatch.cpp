@@ -63,21 +63,6 @@ void rethrow_failure(const Team& team, int processes) {
     std::rethrow_exception(error);
 }
 
-void check_same_collectives(const Team& team, int first, int n) {
-  if (team.distributed()) return;  // teams across processes meet every member (gathered path)
-  int most = first;
-  for (int m = first; m < first + n; ++m)
-    if (team.slot(m).final_phase > team.slot(most).final_phase) most = m;
-  for (int m = first; m < first + n; ++m) {
-    if (team.slot(m).final_phase == team.slot(most).final_phase) continue;
-    const Slot& s = team.slot(most);
-    throw DeviceError(team.device_id(most),
-                      fmt::format("{} over axis {}: device {} called it, but device {} returned "
-                                  "from its kernel without calling it",
-                                  s.desc.name, s.axes, team.device_id(most), team.device_id(m)));
-  }
-}
-
 void hint_strided_slices(const std::string& name, const std::vector<LeafInfo>& leaves) {
   for (const LeafInfo& leaf : leaves)
     if (leaf.strided())

@@ -71,15 +71,6 @@ std::uint64_t next_team_serial() {
   return teams.fetch_add(1, std::memory_order_relaxed) << 24;
 }
 
-std::string device_list(const std::vector<int>& ids) {
-  if (ids.size() == 1) return fmt::format("device {}", ids[0]);
-  return fmt::format("devices [{}]", fmt::join(ids, ", "));
-}
-
-std::string describe_op(const Slot& s) {
-  return fmt::format("{} over axis {} on {}", s.desc.name, s.axes,
-                     format_typed_shape(s.desc.dtype, s.desc.shape));
-}
 
 /// For two tree collectives: where the trees first differ ("; the trees first differ at
 /// leaf 2 (depth first)"), or nothing when that is beyond the leaves the slots describe.
@@ -93,6 +84,16 @@ std::string first_differing_leaf(const Slot& a, const Slot& b) {
 }
 
 }  // namespace
+
+std::string device_list(const std::vector<int>& ids) {
+  if (ids.size() == 1) return fmt::format("device {}", ids[0]);
+  return fmt::format("devices [{}]", fmt::join(ids, ", "));
+}
+
+std::string describe_op(const OpDesc& desc, std::string_view axes) {
+  return fmt::format("{} over axis {} on {}", desc.name, axes,
+                     format_typed_shape(desc.dtype, desc.shape));
+}
 
 Team::Team(int size, std::span<const AxisBinding> axes, std::vector<int> device_ids,
            int num_threads, int local_begin, int local_count)
@@ -130,6 +131,7 @@ void Team::reset() {
   blocked_ = 0;
   sleepers_.store(0, std::memory_order_relaxed);
   cancelled_.store(false, std::memory_order_relaxed);
+  calls_done_.store(0, std::memory_order_relaxed);
   error_ = nullptr;
   error_device_ = -1;
   child_.reset();
@@ -475,12 +477,12 @@ void Team::check_agreement(int me, std::span<const int> members, std::uint64_t t
     if (signature(s) == sig) continue;
     // The peer's description is stable while it has not moved past this collective.
     const bool stable = s.phase.load(std::memory_order_acquire) <= target;
-    std::string peer = stable ? describe_op(s) : std::string("a different collective");
+    std::string peer = stable ? describe_op(s.desc, s.axes) : std::string("a different collective");
     throw DeviceError(device_id(me),
                       fmt::format("{}: device {} called {}, but device {} called {}; every device "
                                   "of a group must call the same collectives in the same order "
                                   "with the same shapes{}",
-                                  mine.desc.name, device_id(me), describe_op(mine), device_id(m),
+                                  mine.desc.name, device_id(me), describe_op(mine.desc, mine.axes), device_id(m),
                                   peer, stable ? first_differing_leaf(mine, s) : std::string()));
   }
 }
@@ -509,7 +511,7 @@ std::string Team::describe_deadlock() const {
     if (s.finished.load(std::memory_order_acquire))
       returned.push_back(device_id(m));
     else
-      waits[describe_op(s)].push_back(device_id(m));
+      waits[describe_op(s.desc, s.axes)].push_back(device_id(m));
   }
   std::string what = "devices wait for each other in collectives that can never complete:";
   for (const auto& [op, ids] : waits) what += fmt::format(" {} in {};", device_list(ids), op);

@@ -301,6 +301,46 @@ TEST(Mpi, ProcessesCallingDifferentCollectivesFail) {
   EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
 }
 
+// Devices that disagree on a point-to-point collective where no peer reads them (issue 26's
+// cases; each process runs kLocal of the global devices): E14 on every process. The odd
+// device is on the last process, or on process 0, or is a device of each process.
+TEST(Mpi, DevicesThatDisagreeWhereNobodyReadsThemFail) {
+  using Pairs = std::vector<std::pair<int, int>>;
+  const int n = global_n();
+  const auto shape = [](pmap::Context& ctx, auto) {
+    Vec w(ctx.axis_index() == 1 ? 5 : 3);
+    w.setConstant(1.f);
+    return static_cast<float>(ctx.ppermute(w, "i", {}).size());
+  };
+  const auto kind = [n](pmap::Context& ctx, auto) {
+    Vec w(3);
+    w.setConstant(1.f);
+    if (ctx.axis_index() == 0) return static_cast<float>(ctx.pbroadcast(w, "i", 0).size());
+    std::vector<int> perm(static_cast<std::size_t>(n));
+    for (int d = 1; d < n; ++d) perm[static_cast<std::size_t>(d)] = d + 1 < n ? d + 1 : 1;
+    return static_cast<float>(ctx.pshuffle(w, "i", perm).size());
+  };
+  const auto parameters = [n](pmap::Context& ctx, auto) {
+    Vec w(3);
+    w.setConstant(1.f);
+    const Pairs pairs = ctx.axis_index() == n - 1 ? Pairs{} : Pairs{{0, n / 2}, {n - 1, n - 1}};
+    return static_cast<float>(ctx.ppermute(w, "i", pairs).size());
+  };
+  Vec x(kLocal);
+  x.setConstant(1.f);
+  auto f1 = pmap::pmap(shape, {.axis_name = "i", .runtime = multi});
+  auto f2 = pmap::pmap(kind, {.axis_name = "i", .runtime = multi});
+  auto f3 = pmap::pmap(parameters, {.axis_name = "i", .runtime = multi});
+  for (int run = 0; run < 3; ++run) {
+    EXPECT_THROW(f1(x), pmap::DeviceError) << "shape, run " << run;
+    EXPECT_THROW(f2(x), pmap::DeviceError) << "kind, run " << run;
+    EXPECT_THROW(f3(x), pmap::DeviceError) << "parameters, run " << run;
+  }
+  auto g = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
+                      {.axis_name = "i", .runtime = multi});
+  EXPECT_EQ(g(x)(0), static_cast<float>(global_n()));
+}
+
 // Above mpi::kFramePayloadBytes (64 KiB) per process the data leaves the frame of the header
 // round for an MPI_Allgather or MPI_Allreduce after it.
 TEST(Mpi, CollectivesLargerThanAFrame) {

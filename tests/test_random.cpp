@@ -206,6 +206,22 @@ void derive(Step& st, const Geometry& geo) {
   }
 }
 
+/// How one device departs from the program at one step (Program::odd_step): another operand
+/// shape, no collective at all, another collective, other ppermute pairs. The call must then
+/// raise E14 (pmap::DeviceError), whether a peer reads that device there or not.
+enum class Deviation { none, shape, skip, kind, parameters };
+
+const char* deviation_name(Deviation d) {
+  switch (d) {
+    case Deviation::none: return "none";
+    case Deviation::shape: return "another shape";
+    case Deviation::skip: return "skips it";
+    case Deviation::kind: return "another collective";
+    case Deviation::parameters: return "other pairs";
+  }
+  return "?";
+}
+
 struct Program {
   std::uint64_t seed = 0;
   Launch launch = Launch::flat;
@@ -215,6 +231,9 @@ struct Program {
   bool integers = false;  ///< int32 states (else float32)
   int calls = 2;
   std::vector<Step> steps;
+  Deviation deviation = Deviation::none;
+  int odd_step = -1;
+  int odd_device = -1;
 
   std::string describe() const;
 };
@@ -254,6 +273,8 @@ std::string Program::describe() const {
     s << "}";
     if (st.donate) s << " donated";
     if (st.late >= 0) s << " late=" << st.late << (st.delay == Delay::yield ? " (yields)" : " (sleeps)");
+    if (static_cast<int>(k) == odd_step)
+      s << " DEVICE " << odd_device << " DEPARTS: " << deviation_name(deviation);
   }
   return s.str();
 }
@@ -271,6 +292,7 @@ struct GenConfig {
   double mixed = 0.8;          ///< chance that a grouped step gives one team a large operand
   int max_steps = 12;          ///< at most kMaxSteps
   double yields = 0;           ///< share of late devices that yield instead of sleeping
+  double disagree = 0;         ///< share of programs (of 2+ devices) with a departing device
 };
 
 using Rng = std::mt19937_64;
@@ -382,6 +404,32 @@ void draw_launch(Rng& rng, Program& prog, const GenConfig& cfg) {
     prog.geo = {n / b, b};
   }
   prog.n = prog.geo.devices();
+}
+
+/// One device departs from the program at one step, most often a ppermute's (whose devices
+/// wait for their source alone: the case that only the end of the call can find). The device
+/// shares that step's group with another one: a group of one may call what it likes.
+void draw_deviation(Rng& rng, Program& prog) {
+  std::vector<int> permutes, others;
+  for (std::size_t k = 0; k < prog.steps.size(); ++k) {
+    const Step& st = prog.steps[k];
+    bool shared = false;
+    for (int p = 0; p < prog.n; ++p) shared = shared || st.group_size(p) >= 2;
+    if (shared) (st.kind == Kind::ppermute ? permutes : others).push_back(static_cast<int>(k));
+  }
+  if (permutes.empty() && others.empty()) return;
+  const std::vector<int>& from =
+      !permutes.empty() && (others.empty() || chance(rng, 0.7)) ? permutes : others;
+  prog.odd_step = from[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(from.size()) - 1))];
+  const Step& st = prog.steps[static_cast<std::size_t>(prog.odd_step)];
+  std::vector<int> candidates;
+  for (int p = 0; p < prog.n; ++p)
+    if (st.group_size(p) >= 2) candidates.push_back(p);
+  prog.odd_device =
+      candidates[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(candidates.size()) - 1))];
+  const int r = uniform(rng, 0, st.kind == Kind::ppermute ? 3 : 2);
+  prog.deviation = r == 0 ? Deviation::shape : r == 1 ? Deviation::skip
+                 : r == 2 ? Deviation::kind : Deviation::parameters;
 }
 
 Program generate(std::uint64_t seed, const GenConfig& cfg) {
@@ -502,6 +550,7 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
     lateness(st);
     prog.steps.push_back(std::move(st));
   }
+  if (n >= 2 && chance(rng, cfg.disagree)) draw_deviation(rng, prog);
   return prog;
 }
 
@@ -607,7 +656,11 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
 
   for (std::size_t s = 0; s < prog.steps.size(); ++s) {
     const Step& st = prog.steps[s];
-    const Index len = st.length(p);
+    const Deviation departs =
+        static_cast<int>(s) == prog.odd_step && p == prog.odd_device ? prog.deviation : Deviation::none;
+    if (departs == Deviation::skip) continue;
+    const bool blocks = st.kind == Kind::psum_scatter || st.kind == Kind::all_to_all;
+    const Index len = st.length(p) + (departs != Deviation::shape ? 0 : blocks ? st.group_size(p) : 1);
     const int mult = st.kind == Kind::pmean ? st.group_size(p) : 1;
     T1<T> op(len);
     fill_operand(state.data(), state.size(), op.data(), len,
@@ -645,6 +698,15 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
         take(r);
       }
     };
+    if (departs == Deviation::kind || departs == Deviation::parameters) {
+      using Pairs = std::vector<std::pair<int, int>>;
+      T1<T> r = departs == Deviation::parameters
+                    ? ctx.ppermute(op, axes, st.perm.empty() ? Pairs{{0, 0}} : Pairs{})
+                : st.kind == Kind::ppermute ? ctx.pbroadcast(op, axes, 0)
+                                            : ctx.ppermute(op, axes, Pairs{});
+      take(r);
+      continue;
+    }
     switch (st.kind) {
       case Kind::psum:
         reduce([&](auto&& x) { return ctx.psum(std::forward<decltype(x)>(x), axes, st.groups); });
@@ -799,6 +861,8 @@ struct Coverage {
   int one_of_two = 0;     ///< steps of two-axis programs that name one axis
   int innermost = 0;      ///< steps that name {}
   int yields = 0;         ///< steps whose late device yields
+  int disagreements = 0;  ///< programs with a departing device
+  int unread = 0;         ///< of them, at a ppermute step
 };
 
 /// The path device p's group takes in step st (0 staged, 1 in place, 2 split).
@@ -816,6 +880,10 @@ void tally(Coverage& cov, const Program& prog) {
   if (prog.threads < prog.n) ++cov.threads_below_devices;
   cov.nested += prog.launch == Launch::nested;
   cov.sharded += prog.launch == Launch::sharded;
+  if (prog.deviation != Deviation::none) {
+    ++cov.disagreements;
+    cov.unread += prog.steps[static_cast<std::size_t>(prog.odd_step)].kind == Kind::ppermute;
+  }
   for (const Step& st : prog.steps) {
     ++cov.steps;
     std::vector<int> seen(3, 0);
@@ -942,6 +1010,20 @@ Outcome run_program(const Program& prog) {
       for (Index k = 0; k < kSummary; ++k) got(p, k) = r(p / geo.b, p % geo.b, k);
     return got;
   };
+  if (prog.deviation != Deviation::none) {
+    // A device departs from the program in the first call: E14, whoever reads it or not.
+    trace.assign(static_cast<std::size_t>(prog.n), std::vector<std::int64_t>(prog.steps.size(), kUnset));
+    try {
+      (void)run();
+    } catch (const pmap::DeviceError&) {
+      return {};
+    } catch (const std::exception& e) {
+      return {std::string("expected pmap::DeviceError (E14), threw ") + typeid(e).name() + " \"" +
+                  e.what() + "\"",
+              true, false};
+    }
+    return {"a device departs from the program, but the call returned normally", false, true};
+  }
   for (call = 0; call < prog.calls; ++call) {
     trace.assign(static_cast<std::size_t>(prog.n), std::vector<std::int64_t>(prog.steps.size(), kUnset));
     const Want want = model<T>(prog, call);
@@ -1020,6 +1102,10 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg, bool c
   if (cfg.yields > 0) {
     EXPECT_GT(cov.yields, 0);
   }
+  if (cfg.disagree >= 0.5) {
+    EXPECT_GE(cov.disagreements, programs / 3);
+    EXPECT_GT(cov.unread, 0);
+  }
 }
 
 /// Programs per heavy TEST (operands up to 117 KiB, mostly grouped steps with one team split):
@@ -1046,6 +1132,19 @@ TEST(RandomPrograms, MixedCollectivesOverTwoAxes) {
   run_programs(3000, kPrograms, cfg);
 }
 
+/// In every program of two or more devices one device departs from the program at one step
+/// (most often a ppermute's, which waits for its source alone): each raises E14.
+TEST(RandomPrograms, DepartingDevicesRaiseE14) {
+  GenConfig cfg;
+  cfg.min_n = 2;
+  cfg.nested = 0.25;
+  cfg.sharded = 0.25;
+  cfg.sizes = {0.45, 0.4, 0.12, 0.03};
+  cfg.max_steps = 8;
+  cfg.disagree = 1;
+  run_programs(5000, 4 * kPrograms, cfg);
+}
+
 TEST(RandomPrograms, ManyDevicesFewThreads) {
   GenConfig cfg;
   cfg.min_n = 5;
@@ -1064,6 +1163,7 @@ GenConfig bulk_config() {
   cfg.mixed = 0.15;
   cfg.max_steps = 8;
   cfg.yields = 0.5;
+  cfg.disagree = 0.1;
   return cfg;
 }
 

@@ -130,9 +130,12 @@ class DispatchTimer {
 void rethrow_failure(const Team& team, int processes);
 
 /// After devices [first, first + n) of a call that did not fail returned: all of them called
-/// as many collectives (E14 otherwise). A point-to-point collective (a ppermute) waits only
-/// for its source, so a device that skipped one that nobody had to wait for is found here.
-void check_same_collectives(const Team& team, int first, int n);
+/// the same collectives in the same order (E14 otherwise, naming the first collective in
+/// which they differ and the devices on each side). A point-to-point collective (a ppermute)
+/// waits only for its source, and one over a part of the team compares only that part, so
+/// a device that skipped one or called another that nobody read is found here (Team::record).
+/// The last inner call of a nested pmap compares every device of the shared team.
+void check_same_collectives(Team& team, int first, int n);
 
 /// Joins the nesting rendezvous of the enclosing call: every outer device calls the inner
 /// pmap, the first creates the shared team of outer x inner devices.

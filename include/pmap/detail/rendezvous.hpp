@@ -259,6 +259,8 @@ void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint6
                                            : std::span<const int>(g.members);
   await_copy_readers(me, static_cast<int>(me.staged & 1));
   const std::uint64_t base = me.phase;
+  if (point_to_point) team.record_unread(me.index, base / kPhasesPerCollective, signature, desc,
+                                         g.axis_label);
   const int parity =
       team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes);
   Meeting meeting(me, awaited, 1, point_to_point);

@@ -48,6 +48,21 @@ struct OpDesc {
   Shape shape;
 };
 
+/// A collective that not every member of its group compared when they met (a ppermute,
+/// pshuffle or pbroadcast over the whole team, which waits for its source alone), as E14
+/// names it when the devices of a call turn out to have called different ones
+/// (check_same_collectives).
+struct TrailEntry {
+  std::uint64_t position = 0;  ///< how many collectives the device called before it
+  std::uint64_t signature = 0;
+  OpDesc desc;
+  char axes[32] = {};
+};
+
+/// A device keeps its first this many unchecked collectives of a call (TrailEntry); past
+/// them, only their signatures' hash (Slot::history) tells the devices apart.
+inline constexpr std::size_t kTrailEntries = 4096;
+
 /// One device's place in a Team, in cache lines by who touches them: what the peers read on
 /// every collective (the phase word they poll, and the signature and buffers published before
 /// the first phase: the poll that sees the new phase brings them along in the same line
@@ -107,6 +122,30 @@ struct alignas(64) Slot {
   /// Phases completed when the kernel returned normally (Member::phase): the devices of a
   /// call compare them afterwards (check_same_collectives).
   std::uint64_t final_phase = 0;
+  /// This call's unchecked collectives (Team::record_unread): their positions and signatures
+  /// folded in call order, and the first kTrailEntries of them (TrailEntry). The devices
+  /// compare them when the call ends.
+  std::uint64_t history = 0;
+  std::vector<TrailEntry> trail;
+  bool trail_full = false;
+  void start_history() {
+    history = 0;
+    trail.clear();
+    trail_full = false;
+  }
+  void note_unchecked(std::uint64_t position, std::uint64_t sig, const OpDesc& d,
+                      std::string_view axis_label) {
+    if (trail.size() == kTrailEntries) {
+      trail_full = true;
+      return;
+    }
+    TrailEntry& e = trail.emplace_back();
+    e.position = position;
+    e.signature = sig;
+    e.desc = d;
+    const std::size_t len = std::min(axis_label.size(), sizeof(e.axes) - 1);
+    std::memcpy(e.axes, axis_label.data(), len);
+  }
 
   // ---- suspension, guarded by Team::lock_ ---------------------------------------------------
   alignas(64) bool suspended = false;

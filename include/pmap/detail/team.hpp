@@ -118,6 +118,28 @@ class Team {
     return parity;
   }
 
+  /// Adds the point-to-point collective `signature` over the whole team (a ppermute,
+  /// pshuffle or pbroadcast, which waits for its source alone and is compared with nobody
+  /// else's) that `me` calls as its `position`-th of the call to its history, which the
+  /// devices compare when the call ends (check_same_collectives): only there is a device
+  /// found that disagrees on one in which nobody reads it. Every other collective is compared
+  /// by all members of its group when they meet.
+  void record_unread(int me, std::uint64_t position, std::uint64_t signature,
+                     const OpDesc& desc, std::string_view axes) {
+    Slot& s = slot(me);
+    s.history = hash_mix(hash_mix(s.history, position), signature);
+    s.note_unchecked(position, signature, desc, axes);
+  }
+
+  /// An inner call of a nested pmap over `n` of this (child) team's devices returned
+  /// normally: true for the last of the outer devices' inner calls, which compares the
+  /// collectives of the whole team (the others' inner devices may have disagreed with its
+  /// own on a collective over an outer axis that nobody waited for). A top-level call is
+  /// the only call of its team.
+  bool last_call_done(int n) {
+    return calls_done_.fetch_add(n, std::memory_order_acq_rel) + n == local_count_;
+  }
+
   /// Phase k of the current collective of `me`: publish, wake waiting peers, wait until every
   /// member reached it. Throws Cancelled if another device failed, DeviceError (E14) if a
   /// member returned from its kernel or called a different collective. `point_to_point`:
@@ -147,6 +169,7 @@ class Team {
   /// Device `me` starts running on the calling thread.
   void start(int me) {
     slot(me).runner.store(&this_thread().tag, std::memory_order_relaxed);
+    slot(me).start_history();
   }
   /// The kernel of `me` returned (normally or not): peers waiting on it learn so.
   void finish(int me);
@@ -253,12 +276,18 @@ class Team {
   // Read by every device on its way out: apart from the lock's cache line.
   alignas(64) std::atomic<int> sleepers_{0};  // == blocked_, readable without the lock
   std::atomic<bool> cancelled_{false};
+  std::atomic<int> calls_done_{0};  // devices whose call returned normally (last_call_done)
   alignas(64) mutable tbb::spin_mutex lock_;
   int blocked_ = 0;                 // guarded by lock_
   std::exception_ptr error_;        // written once under lock_, read under it (error())
   int error_device_ = -1;
   std::shared_ptr<Team> child_;     // written under lock_ by the nesting leader
 };
+
+/// "psum over axis i on float32[3]": a collective as error messages name it.
+std::string describe_op(const OpDesc& desc, std::string_view axes);
+/// "device 3" or "devices [1, 2]".
+std::string device_list(const std::vector<int>& ids);
 
 /// A device's place in a team, and the per-device sequence of collectives.
 struct Member {

@@ -32,10 +32,13 @@ struct ThreadState {
   fibers::Fiber* fiber = nullptr;
 };
 
-inline ThreadState& this_thread() {
-  static thread_local ThreadState state;
-  return state;
-}
+/// The calling thread's state. Out of line and opaque to the optimizer on purpose: a device
+/// that suspends may resume on another thread (a oneTBB resumable task), and a compiler may
+/// keep the address of an inline thread_local (the thread pointer register, tpidr_el0 on
+/// aarch64) from before the suspension, so that a device would then read and write the state
+/// of the thread that started it. Every read of it after a possible suspension calls this
+/// again; none keeps the reference across one.
+[[gnu::noinline, gnu::noipa]] ThreadState& this_thread();
 
 /// Sets the current thread's device for a scope and restores the previous one after it.
 class DeviceScope {
