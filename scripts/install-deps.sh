@@ -8,6 +8,7 @@ pmap_packages=(
   libtbb-dev libeigen3-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
   libopenmpi-dev openmpi-bin
+  libboost-context-dev
   python3-matplotlib
 )
 

@@ -61,8 +61,8 @@ configure --preset ci-asan
 cmake --build --preset ci-asan --parallel "${jobs}"
 
 step "asan: tests"
-# ASAN_OPTIONS / UBSAN_OPTIONS (halt on error, leak detection, no fake stacks because
-# oneTBB suspends tasks on fibers) are set on every test by tests/CMakeLists.txt.
+# ASAN_OPTIONS / UBSAN_OPTIONS (halt on error, leak detection) are set on every test by
+# tests/CMakeLists.txt. Devices run on their fibers here, every switch annotated.
 ctest --preset ci-asan --parallel "${jobs}"
 
 step "tsan: configure and build (tests only)"
@@ -70,7 +70,7 @@ configure --preset ci-tsan
 cmake --build --preset ci-tsan --parallel "${jobs}"
 
 step "tsan: tests"
-# Devices run on threads here (PMAP_DEVICE_THREADS): TSan cannot follow oneTBB's fibers.
+# Devices run on their fibers here too: TSan knows each fiber (src/fibers.cpp).
 ctest --preset ci-tsan --parallel "${jobs}"
 
 step "done"

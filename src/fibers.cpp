@@ -1,24 +1,33 @@
-// pmap's own device fibers (fibers.hpp).
+// Device fibers (fibers.hpp) on Boost.Context.
 //
 // A fiber is a stack of its own (mmap'd, a guard page below, kept in a process-wide cache for
-// the next call) and a saved stack pointer. Its switch saves what the x86-64 ABI says a
-// called function keeps: rbx, rbp, r12-r15, the stack pointer, MXCSR's control bits and the
-// x87 control word (Boost.Context's fcontext keeps the same), and nothing else: no signal
-// mask, no system call. Each thread of a call runs a Scheduler: a loop that continues its
-// ready fibers, else starts a device nobody has started, else parks (spins a while, then
-// sleeps on a futex; nested in a fiber, it suspends that fiber instead). Fibers never move
-// between threads: a fiber is continued only by the loop that started it, so a peer may
-// make it ready before it finished suspending (the loop runs below it on the same thread and
-// cannot take it before it switched), and its thread-local state (C++ exception state,
-// errno, oneTBB's thread data) stays its thread's.
+// the next call) switched by boost::context::fiber, which keeps what the ABI says a called
+// function keeps (on x86-64 also MXCSR's control bits and the x87 control word) and makes no
+// system call. Each thread of a call runs a Scheduler: a loop that continues its ready
+// fibers, else starts a device nobody has started, else parks (spins a while, then sleeps on
+// a futex; nested in a fiber, it suspends that fiber instead). A device that returns without
+// having waited hands its fiber to the next device nobody started, so a call whose devices
+// never wait costs a fiber per thread, not per device. Fibers never move between threads: a
+// fiber is continued only by the loop that started it, so a peer may make it ready before it
+// finished suspending (the loop runs below it on the same thread and cannot take it before
+// it switched), and its thread-local state (C++ exception state, errno, oneTBB's thread
+// data) stays its thread's.
+//
+// The sanitizers follow every switch: AddressSanitizer is told which stack the code runs on
+// (__sanitizer_start_switch_fiber / __sanitizer_finish_switch_fiber), ThreadSanitizer knows
+// each fiber as one (__tsan_create_fiber / __tsan_switch_to_fiber), and the handoffs through
+// oneTBB's task_group, whose library is not instrumented, are annotated as the release and
+// acquire they are.
 #include "pmap/detail/fibers.hpp"
 
 #include <algorithm>
 #include <atomic>
+#include <boost/context/fiber.hpp>
+#include <boost/context/preallocated.hpp>
+#include <boost/context/stack_context.hpp>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <cxxabi.h>
 #include <exception>
 #include <memory>
@@ -26,6 +35,7 @@
 #include <optional>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include <oneapi/tbb/global_control.h>
@@ -33,73 +43,12 @@
 #include <oneapi/tbb/task_group.h>
 
 #include "pmap/detail/cpu_relax.hpp"
-#include "pmap/detail/fiber_switch.hpp"
+#include "pmap/detail/sanitizers.hpp"
 #include "pmap/detail/thread_state.hpp"
 
-#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__)
-#define PMAP_FIBERS_AVAILABLE 1
-#else
-#define PMAP_FIBERS_AVAILABLE 0
-#endif
-
-#if PMAP_FIBERS_AVAILABLE
-
-extern "C" {
-/// Saves the caller's context on its stack, stores its stack pointer in *from, and continues
-/// the context whose stack pointer is `to`.
-void pmap_fiber_switch(void** from, void* to);
-/// Where a new fiber's first switch lands: calls r13(r12), which never returns.
-void pmap_fiber_start();
-}
-
-asm(R"(
-  .text
-  .globl pmap_fiber_switch
-  .hidden pmap_fiber_switch
-  .type pmap_fiber_switch, @function
-  .p2align 4
-pmap_fiber_switch:
-  .cfi_startproc
-  endbr64
-  pushq %rbp
-  pushq %rbx
-  pushq %r12
-  pushq %r13
-  pushq %r14
-  pushq %r15
-  subq $16, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
-  movq %rsp, (%rdi)
-  movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $16, %rsp
-  popq %r15
-  popq %r14
-  popq %r13
-  popq %r12
-  popq %rbx
-  popq %rbp
-  ret
-  .cfi_endproc
-  .size pmap_fiber_switch, .-pmap_fiber_switch
-
-  .globl pmap_fiber_start
-  .hidden pmap_fiber_start
-  .type pmap_fiber_start, @function
-  .p2align 4
-pmap_fiber_start:
-  .cfi_startproc
-  .cfi_undefined rip
-  movq %r12, %rdi
-  callq *%r13
-  ud2
-  .cfi_endproc
-  .size pmap_fiber_start, .-pmap_fiber_start
-)");
-
 namespace pmap::detail::fibers {
+
+namespace context = boost::context;
 
 class Scheduler;
 
@@ -112,14 +61,28 @@ struct ExceptionState {
   unsigned int uncaught = 0;
 };
 
+/// The floating-point control state that Boost.Context does not keep across a switch:
+/// aarch64's FPCR (rounding mode, flush to zero, trap enables). On x86-64 fcontext keeps
+/// MXCSR's control bits and the x87 control word itself.
+struct FloatControl {
+#if defined(__aarch64__)
+  unsigned int fpcr = __builtin_aarch64_get_fpcr();
+  void restore() const { __builtin_aarch64_set_fpcr(fpcr); }
+#else
+  void restore() const {}
+#endif
+};
+
 struct Fiber {
-  void* sp = nullptr;         ///< saved stack pointer while switched out
-  ExceptionState exceptions;  ///< while switched out
+  context::fiber suspended;    ///< the device where it switched out (empty while it runs)
+  ExceptionState exceptions;   ///< while switched out
+  FloatControl float_control;  ///< while switched out
   Scheduler* owner = nullptr;
   Fiber* next = nullptr;  ///< in the owner's ready list
-  int index = 0;
+  int index = 0;          ///< the device it runs
   bool done = false;
   void* mapping = nullptr;  ///< the stack's mapping, guard page first; the Fiber at its top
+  sanitizers::FiberState sanitizer;
 };
 
 namespace {
@@ -129,10 +92,15 @@ ExceptionState* thread_exceptions() {
   return reinterpret_cast<ExceptionState*>(abi::__cxa_get_globals());
 }
 
-/// Stacks as large as oneTBB's worker stacks (which its resumable tasks use too).
+std::size_t page_bytes() {
+  static const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+/// Stacks as large as oneTBB's worker stacks.
 std::size_t stack_bytes() {
   static const std::size_t bytes = [] {
-    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t page = page_bytes();
     std::size_t size = tbb::global_control::active_value(tbb::global_control::thread_stack_size);
     size = std::max<std::size_t>(size, 256 * 1024);
     return (size + page - 1) / page * page + page;  // and the guard page
@@ -158,7 +126,7 @@ class StackCache {
     void* m = mmap(nullptr, stack_bytes(), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (m == MAP_FAILED) throw std::bad_alloc();
-    if (mprotect(m, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)), PROT_NONE) != 0) {
+    if (mprotect(m, page_bytes(), PROT_NONE) != 0) {
       munmap(m, stack_bytes());
       throw std::bad_alloc();
     }
@@ -186,12 +154,17 @@ StackCache& stacks() {
   return cache;
 }
 
+/// The stack allocator Boost.Context is given with a preallocated stack: the Scheduler gives
+/// the mapping back to the cache itself, after the fiber's last switch.
+struct KeptStack {
+  void deallocate(context::stack_context&) noexcept {}
+};
+
 /// After a switch back to a context: the thread state it had before it switched away (the
 /// fibers that ran meanwhile on this thread set their own).
 void restore(const ThreadState& saved) {
   ThreadState& t = this_thread();
   t.device = saved.device;
-  t.run = saved.run;
   t.fiber = saved.fiber;
 }
 
@@ -200,7 +173,6 @@ void restore(const ThreadState& saved) {
 void run_cancelled(const Work& work, int i, std::exception_ptr why) {
   if (work.cancel) work.cancel(work.canceller, std::move(why));
   const ThreadState saved = this_thread();
-  this_thread().run = nullptr;
   struct Restore {
     const ThreadState& saved;
     ~Restore() { restore(saved); }
@@ -283,7 +255,8 @@ class Scheduler {
         block_(block),
         next_(shared.block_begin(block)),
         end_(host ? shared.n : shared.block_begin(block + 1)),
-        host_(host) {
+        host_(host),
+        loop_(sanitizers::current_context()) {
     shared.arrived[block].store(true, std::memory_order_release);
   }
   Scheduler(const Scheduler&) = delete;
@@ -322,8 +295,12 @@ class Scheduler {
     if (sleeping_.load(std::memory_order_seq_cst)) epoch_.notify_one();
   }
 
-  void* loop_sp() const { return sp_; }
-  Shared& shared() { return shared_; }
+  /// On fiber `f` of this loop: switches back to the loop until the loop continues `f`.
+  void switch_out(Fiber* f) {
+    sanitizers::leave(f->sanitizer, loop_, /*for_good=*/false);
+    to_loop_ = std::move(to_loop_).resume();
+    sanitizers::arrive(f->sanitizer, loop_);
+  }
 
  private:
   Fiber* pop() {
@@ -335,15 +312,24 @@ class Scheduler {
     }
     return f;
   }
+  bool nothing_ready() {
+    tbb::spin_mutex::scoped_lock guard(lock_);
+    return head_ == nullptr;
+  }
 
-  /// A fiber for the next device nobody started: of this loop's block, else, after idling
-  /// for kStealAfter, of a block whose thread has not come.
+  /// The next device nobody started: of this loop's block, else, after idling for
+  /// kStealAfter, of a block whose thread has not come; -1 if none.
+  int claim_next() {
+    for (; next_ < end_; ++next_)
+      if (shared_.claim(next_)) return next_++;
+    if (idle_since_ != Clock::time_point{} && Clock::now() - idle_since_ > kStealAfter)
+      return shared_.unclaimed_elsewhere(block_, true);
+    return -1;
+  }
+
+  /// A fiber for the next device nobody started.
   Fiber* start_next() {
-    int i = -1;
-    for (; i < 0 && next_ < end_; ++next_)
-      if (shared_.claim(next_)) i = next_;
-    if (i < 0 && idle_since_ != Clock::time_point{} && Clock::now() - idle_since_ > kStealAfter)
-      i = shared_.unclaimed_elsewhere(block_, true);
+    const int i = claim_next();
     if (i < 0) return nullptr;
     idle_since_ = {};
     void* mapping = nullptr;
@@ -359,19 +345,16 @@ class Scheduler {
     f->owner = this;
     f->index = i;
     f->mapping = mapping;
-    // The frame pmap_fiber_switch pops: control words, r15 .. rbp, return address.
-    auto* frame = reinterpret_cast<std::uint64_t*>(top) - 9;
-    std::uint32_t mxcsr = 0;
-    std::uint16_t x87 = 0;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(x87));
-    std::memset(frame, 0, 9 * sizeof(std::uint64_t));
-    std::memcpy(frame, &mxcsr, sizeof mxcsr);
-    std::memcpy(reinterpret_cast<unsigned char*>(frame) + 4, &x87, sizeof x87);
-    frame[4] = reinterpret_cast<std::uint64_t>(&fiber_main);  // r13
-    frame[5] = reinterpret_cast<std::uint64_t>(f);            // r12
-    frame[8] = reinterpret_cast<std::uint64_t>(&pmap_fiber_start);
-    f->sp = frame;
+    const std::size_t usable =
+        static_cast<std::size_t>(top - static_cast<unsigned char*>(mapping)) - page_bytes();
+    sanitizers::create(f->sanitizer, top - usable, usable);
+    context::stack_context stack;
+    stack.sp = top;
+    stack.size = usable;
+    f->suspended = context::fiber(
+        std::allocator_arg, context::preallocated(top, usable, stack), KeptStack{},
+        [f](context::fiber&& loop) { return f->owner->fiber_main(f, std::move(loop)); });
+    sanitizers::created(loop_);
     ++live_;
     return f;
   }
@@ -383,14 +366,45 @@ class Scheduler {
     const ExceptionState mine = *exceptions;
     *exceptions = f->exceptions;
     this_thread().fiber = f;
-    pmap_fiber_switch(&sp_, f->sp);
+    const FloatControl loop_float_control;
+    f->float_control.restore();
+    sanitizers::enter(loop_, f->sanitizer);
+    f->suspended = std::move(f->suspended).resume();
+    sanitizers::back(loop_);
+    f->float_control = FloatControl{};
+    loop_float_control.restore();
     f->exceptions = *exceptions;
     *exceptions = mine;
     restore(saved);
     if (f->done) {
       --live_;
-      stacks().give(f->mapping);
+      sanitizers::destroy(f->sanitizer);
+      void* const mapping = f->mapping;
+      f->~Fiber();
+      stacks().give(mapping);
     }
+  }
+
+  /// A fiber's body: runs its device, then the next ones nobody started while no other
+  /// fiber of this loop is ready (a device that returned without waiting leaves its fiber
+  /// to the next), then switches back for good.
+  context::fiber fiber_main(Fiber* f, context::fiber&& loop) {
+    to_loop_ = std::move(loop);
+    sanitizers::arrive(f->sanitizer, loop_);
+    for (;;) {
+      try {
+        shared_.work.run(shared_.work.body, f->index);
+      } catch (...) {
+        shared_.fail(std::current_exception());
+      }
+      if (!nothing_ready()) break;
+      const int i = claim_next();
+      if (i < 0) break;
+      f->index = i;
+    }
+    f->done = true;
+    sanitizers::leave(f->sanitizer, loop_, /*for_good=*/true);
+    return std::move(to_loop_);
   }
 
   /// Waits until a fiber of this loop is ready (or returns at once if one is), or until it
@@ -433,27 +447,14 @@ class Scheduler {
     parked_ = false;
   }
 
-  /// A fiber's first frame: runs its device, then switches back for good.
-  static void fiber_main(Fiber* f) {
-    this_thread().run = nullptr;
-    Shared& shared = f->owner->shared();
-    try {
-      shared.work.run(shared.work.body, f->index);
-    } catch (...) {
-      shared.fail(std::current_exception());
-    }
-    f->done = true;
-    pmap_fiber_switch(&f->sp, f->owner->loop_sp());
-    __builtin_unreachable();
-  }
-
   Shared& shared_;
   const int block_;
   int next_;       ///< next index of the own block to try
   const int end_;  ///< end of the own block
   Fiber* const host_;
   Clock::time_point idle_since_{};  ///< parked first since it last started a device
-  void* sp_ = nullptr;              ///< the loop's context while a fiber runs
+  context::fiber to_loop_;          ///< the loop, while one of its fibers runs
+  sanitizers::LoopState loop_;      ///< the loop's stack, for the sanitizers
   int live_ = 0;                    ///< fibers started here that have not returned
 
   alignas(64) tbb::spin_mutex lock_;
@@ -463,15 +464,6 @@ class Scheduler {
   alignas(64) std::atomic<std::uint32_t> epoch_{0};  ///< bumped to wake a parked loop
   std::atomic<bool> sleeping_{false};
 };
-
-bool available() {
-  static const bool yes = [] {
-    const char* setting = std::getenv("PMAP_FIBERS");
-    if (setting && std::strcmp(setting, "0") == 0) return false;
-    return !shadow_stack_enabled();
-  }();
-  return yes;
-}
 
 void run(tbb::task_arena& arena, int threads, const Work& work) {
   Fiber* const host = this_thread().fiber;
@@ -496,17 +488,25 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
     Scheduler here(shared, 0, host);
     here.loop();
   } else {
+    // oneTBB hands `shared` to its workers and back: a release and an acquire that its
+    // uninstrumented library does not show ThreadSanitizer.
+    sanitizers::release(&shared);
     arena.execute([&] {
       tbb::task_group group;
       for (int w = 1; w < shared.blocks; ++w)
         group.run([&shared, w] {
-          Scheduler worker(shared, w, nullptr);
-          worker.loop();
+          sanitizers::acquire(&shared);
+          {
+            Scheduler worker(shared, w, nullptr);
+            worker.loop();
+          }
+          sanitizers::release(&shared);
         });
       Scheduler caller(shared, 0, nullptr);
       caller.loop();
       group.wait();
     });
+    sanitizers::acquire(&shared);
   }
   if (shared.error) std::rethrow_exception(shared.error);
 }
@@ -514,22 +514,10 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
 void suspend() {
   const ThreadState saved = this_thread();
   Fiber* f = saved.fiber;
-  pmap_fiber_switch(&f->sp, f->owner->loop_sp());
+  f->owner->switch_out(f);
   restore(saved);
 }
 
 void resume(Fiber* fiber) { fiber->owner->push(fiber); }
 
 }  // namespace pmap::detail::fibers
-
-#else
-
-namespace pmap::detail::fibers {
-struct Fiber {};
-bool available() { return false; }
-void run(tbb::task_arena&, int, const Work&) { std::abort(); }
-void suspend() { std::abort(); }
-void resume(Fiber*) { std::abort(); }
-}  // namespace pmap::detail::fibers
-
-#endif

@@ -1,7 +1,5 @@
 #include "pmap/detail/pool.hpp"
 
-#include "pmap/detail/fiber_switch.hpp"
-
 #include <pthread.h>
 #include <sched.h>
 
@@ -20,7 +18,6 @@ Pool::Pool(int threads, bool bind)
       arena_(threads, 1) {
   arena_.initialize();
 #if !PMAP_DEVICE_THREADS
-  install_fiber_switch();
   if (bind && threads > 1) binder_ = std::make_unique<ThreadBinder>(arena_);
 #else
   (void)bind;  // devices run on threads of their own, which the OS places

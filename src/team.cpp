@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "pmap/detail/assert.hpp"
 #include "pmap/detail/cpu_relax.hpp"
 #include "pmap/errors.hpp"
 
@@ -63,7 +64,6 @@ class SpinWaiter {
   ThreadState& thread = this_thread();
   mine.runner.store(&thread.tag, std::memory_order_relaxed);
   thread.device = saved.device;
-  thread.run = saved.run;
 }
 
 std::uint64_t next_team_serial() {
@@ -338,7 +338,6 @@ bool Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
   const ThreadState saved = this_thread();
   const bool draining = wait == Wait::drain;
   for (;;) {
-    if (saved.run) saved.run->on_block();  // unclaimed devices of this call get a worker meanwhile
     {
       Blocked blocked(*this);
       if (!draining && cancelled()) throw Cancelled{};
@@ -370,20 +369,11 @@ void Team::suspend_locked(Slot& mine, Blocked& blocked) {
   lock_.unlock();
   mine.awake.wait(false, std::memory_order_acquire);
 #else
-  if (fibers::Fiber* f = this_thread().fiber) {
-    // Only this thread continues it: a peer may make it ready before it switched.
-    mine.fiber = f;
-    lock_.unlock();
-    fibers::suspend();
-    return;
-  }
-  tbb::task::suspend([this, &mine](tbb::task::suspend_point sp) {
-    mine.resume_point = sp;
-    ThreadState& thread = this_thread();  // now runs a fresh dispatch loop
-    thread.device = nullptr;
-    thread.run = nullptr;
-    lock_.unlock();
-  });
+  // Only this thread continues it: a peer may make it ready before it switched.
+  mine.fiber = this_thread().fiber;
+  PMAP_ASSERT(mine.fiber != nullptr);  // every device runs on a fiber (Pool::run)
+  lock_.unlock();
+  fibers::suspend();
 #endif
 }
 
@@ -401,10 +391,7 @@ void Team::resume_locked(Slot& s) {
   s.awake.store(true, std::memory_order_release);
   s.awake.notify_one();
 #else
-  if (fibers::Fiber* f = std::exchange(s.fiber, nullptr))
-    fibers::resume(f);
-  else
-    tbb::task::resume(s.resume_point);
+  fibers::resume(std::exchange(s.fiber, nullptr));
 #endif
 }
 

@@ -21,7 +21,6 @@
 #include <xmmintrin.h>
 #endif
 
-#include "pmap/detail/fiber_switch.hpp"
 #include "pmap/detail/fibers.hpp"
 #include "pmap/detail/pool.hpp"
 #include "test_util.hpp"
@@ -508,18 +507,6 @@ TEST_P(RuntimeReuse, EveryDeviceRunsExactlyOncePerCall) {
 
 // ---- fibers ----------------------------------------------------------------------------------
 
-// Release builds run devices as oneTBB fibers, switched by pmap's swapcontext
-// (src/fiber_switch.cpp) unless PMAP_FAST_SWITCH=0.
-TEST(FiberSwitch, InstalledWhereDevicesAreFibers) {
-#if PMAP_DEVICE_THREADS || !defined(__x86_64__) || !defined(__GLIBC__)
-  GTEST_SKIP() << "no fibers to switch, or not x86-64 glibc";
-#else
-  const char* setting = std::getenv("PMAP_FAST_SWITCH");
-  pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
-  EXPECT_EQ(pmap::detail::install_fiber_switch(), !(setting && std::string(setting) == "0"));
-#endif
-}
-
 /// The rounding mode this thread computes with: x87 control word and MXCSR, or -1 when the
 /// two disagree.
 int rounding_mode() {
@@ -533,10 +520,10 @@ int rounding_mode() {
 }
 
 // A device's floating-point control state is its own: each of 8 devices on 2 threads rounds
-// its own way, and after each of 40 collectives (each a suspension, resumed on whichever
-// thread) it still does, in the x87 and the SSE unit alike. A switch that did not keep the
-// control words would hand each device the mode of the device that ran before it.
-TEST(FiberSwitch, EachDeviceKeepsItsRoundingModeAcrossSuspensions) {
+// its own way, and after each of 40 collectives (each a suspension) it still does, in the x87
+// and the SSE unit alike on x86-64, in FPCR on aarch64. A switch that did not keep the
+// control state would hand each device the mode of the device that ran before it.
+TEST(Fibers, EachDeviceKeepsItsRoundingModeAcrossSuspensions) {
   pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
   const int modes[] = {FE_TONEAREST, FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
   std::atomic<int> wrong{0};
@@ -561,15 +548,8 @@ TEST(FiberSwitch, EachDeviceKeepsItsRoundingModeAcrossSuspensions) {
   EXPECT_TRUE(tensors_equal(out, x));
 }
 
-// Devices that outnumber the threads run on pmap's own fibers (src/fibers.cpp) unless
-// PMAP_FIBERS=0 (then as oneTBB resumable tasks).
-bool on_pmap_fibers() {
-#if PMAP_DEVICE_THREADS
-  return false;
-#else
-  return pmap::detail::fibers::available();
-#endif
-}
+// Devices run on fibers (src/fibers.cpp) unless the build chose a thread per device.
+bool on_pmap_fibers() { return !PMAP_DEVICE_THREADS; }
 
 // A device stays on the thread that started it: 8 devices on 2 threads, 30 collectives each,
 // every one a suspension, and each device sees one thread throughout.

@@ -1,14 +1,12 @@
 /// @file fibers.hpp
-/// @brief pmap's own device fibers, for devices that outnumber the threads (src/fibers.cpp).
+/// @brief Device fibers: how a device waits for its peers without holding its thread
+/// (src/fibers.cpp, on Boost.Context).
 ///
-/// oneTBB's resumable tasks let a device wait without holding its thread, but each wait
-/// goes through oneTBB's scheduler twice: suspend() switches to a fresh dispatch loop that
-/// looks for work, resume() queues the task in the arena and wakes a sleeping worker to take
-/// it (futex and sched_yield in perf of an 8-on-2 psum). Here a call's devices run on fibers
-/// of pmap's own: each thread of the call runs a loop over the devices it started, a device
-/// that waits switches back to that loop (18 instructions), and a peer that releases it puts
-/// it in its thread's ready list. oneTBB still owns and places the threads: the loops are
-/// oneTBB tasks in the runtime's arena.
+/// Each thread of a call runs a loop over the devices it started, each on a fiber of its
+/// own; a device that waits switches back to that loop, and a peer that releases it puts it
+/// in its thread's ready list. oneTBB still owns and places the threads: the loops are
+/// oneTBB tasks in the runtime's arena. A device that never waits costs no switch of its
+/// own: it leaves its fiber to the next device.
 #pragma once
 
 #include <exception>
@@ -18,10 +16,6 @@
 namespace pmap::detail::fibers {
 
 struct Fiber;
-
-/// Whether devices may run on pmap's fibers in this process: x86-64 Linux with glibc, no
-/// shadow stack, and PMAP_FIBERS is not 0 (then oneTBB's resumable tasks are used).
-bool available();
 
 /// What run() runs: body(i) for i in [0, n), through `run`; `cancel`, if set, tells the
 /// caller that an index cannot have a fiber (no memory), before that index runs without one
@@ -34,16 +28,17 @@ struct Work {
   const void* canceller = nullptr;
 };
 
-/// Runs work.run(body, i) for every i in [0, n), each on a fiber of its own, and returns when
-/// all have returned; rethrows the first exception one let out. Called outside any fiber,
-/// it runs them on the arena's threads: the calling thread and `threads - 1` oneTBB tasks,
-/// each first starting the indices of its own block (as a static parallel_for), then
-/// unstarted ones of any block. A fiber stays on the thread that started it. Called on a
-/// fiber (a pmap nested in a device), it runs them on the calling thread, and while none of
-/// them can run it suspends the calling fiber, so that its thread runs the others meanwhile.
-/// Every index runs, even without memory for its fiber: then it runs on the loop's own stack
-/// after work.cancel() (a cancelled device leaves at once, without waiting for its peers;
-/// without `cancel`, the body must not wait either).
+/// Runs work.run(body, i) for every i in [0, n) on fibers, and returns when all have
+/// returned; rethrows the first exception one let out. Called outside any fiber, it runs
+/// them on the arena's threads: the calling thread and `threads - 1` oneTBB tasks, each
+/// first starting the indices of its own block (as a static parallel_for), then unstarted
+/// ones of any block. A fiber stays on the thread that started it; a device that returns
+/// without having waited hands its fiber to the next unstarted index of its thread. Called
+/// on a fiber (a pmap nested in a device), it runs them on the calling thread, and while none
+/// of them can run it suspends the calling fiber, so that its thread runs the others
+/// meanwhile. Every index runs, even without memory for its fiber: then it runs on the
+/// loop's own stack after work.cancel() (a cancelled device leaves at once, without waiting
+/// for its peers; without `cancel`, the body must not wait either).
 void run(tbb::task_arena& arena, int threads, const Work& work);
 
 /// Suspends the calling fiber until resume() of it; resume() may come first (from another

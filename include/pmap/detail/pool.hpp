@@ -1,5 +1,6 @@
 /// @file pool.hpp
-/// @brief Where devices are scheduled: one oneTBB arena per Runtime, one task per device.
+/// @brief Where devices are scheduled: one oneTBB arena per Runtime, one task per thread of a
+/// call, the devices on fibers (fibers.hpp).
 #pragma once
 
 #include <algorithm>
@@ -19,29 +20,14 @@
 #include "pmap/detail/fibers.hpp"
 #include "pmap/detail/thread_state.hpp"
 
-/// PMAP_DEVICE_THREADS: every device on its own std::thread, waits block the thread.
-/// For ThreadSanitizer, which cannot follow oneTBB's fibers; never faster.
+/// PMAP_DEVICE_THREADS=1: every device on its own std::thread, waits block the thread (an
+/// option for comparison and debugging; never faster). Devices run on fibers otherwise, also
+/// under the sanitizers, which follow every switch (sanitizers.hpp).
 #if !defined(PMAP_DEVICE_THREADS)
-#if defined(__SANITIZE_THREAD__)
-#define PMAP_DEVICE_THREADS 1
-#else
 #define PMAP_DEVICE_THREADS 0
-#endif
 #endif
 
 namespace pmap::detail {
-
-/// The devices of one call. Each worker runs a block of them, so a dispatch costs one task
-/// per thread (like a static parallel_for); a device about to suspend in a collective calls
-/// on_block(), which adds a worker that claims the devices nobody has started yet, so that
-/// no device ever waits for a peer stuck behind it in a blocked worker's block.
-class Run {
- public:
-  virtual void on_block() = 0;
-
- protected:
-  ~Run() = default;
-};
 
 /// Binds each worker thread that joins an arena to one CPU: slot k to the k-th CPU of the
 /// process's affinity mask (modulo its size), slot 0 being the calling thread's, left alone.
@@ -84,77 +70,18 @@ class Pool {
     }
     for (auto& t : threads) t.join();
 #else
-    (void)cancel;
-    if (on_fibers(n)) {
-      fibers::Work work{n, [](const void* b, int i) { (*static_cast<const Body*>(b))(i); }, &body};
-      if constexpr (!std::is_same_v<Cancel, std::nullptr_t>) {
-        work.cancel = [](const void* c, std::exception_ptr e) {
-          (*static_cast<const Cancel*>(c))(e);
-        };
-        work.canceller = &cancel;
-      }
-      fibers::run(arena_, threads_, work);
-      return;
+    fibers::Work work{n, [](const void* b, int i) { (*static_cast<const Body*>(b))(i); }, &body};
+    if constexpr (!std::is_same_v<Cancel, std::nullptr_t>) {
+      work.cancel = [](const void* c, std::exception_ptr e) {
+        (*static_cast<const Cancel*>(c))(e);
+      };
+      work.canceller = &cancel;
     }
-    Claims<Body> claims(n, body);
-    arena_.execute([&] {
-      tbb::task_group group;
-      claims.group = &group;
-      // Worker w starts on its own block of devices, like a static parallel_for.
-      const int workers = std::min(n, threads_);
-      for (int w = 1; w < workers; ++w)
-        group.run([&claims, w, workers] { claims.loop(claims.n * w / workers, claims.n * (w + 1) / workers); });
-      claims.loop(0, n / workers);
-      group.wait();
-    });
+    fibers::run(arena_, threads_, work);
 #endif
   }
 
  private:
-  /// Devices run on pmap's fibers (fibers.hpp) when they outnumber the threads of a call
-  /// made outside any device, and in every call made on such a fiber; oneTBB's resumable
-  /// tasks otherwise (and where pmap's fibers are not available).
-  bool on_fibers(int n) const {
-    const ThreadState& t = this_thread();
-    if (t.fiber) return true;
-    return n > threads_ && !t.device && !t.run && fibers::available();
-  }
-
-  template <class Body>
-  struct Claims final : Run {
-    Claims(int count, const Body& b)
-        : n(count), body(b), heap(count > kInline ? new std::atomic<bool>[count] : nullptr) {
-      for (int i = 0; i < n; ++i) claimed(i).store(false, std::memory_order_relaxed);
-    }
-    std::atomic<bool>& claimed(int i) { return heap ? heap[i] : inline_flags[i]; }
-    /// Runs every device of [begin, end) that nobody has claimed yet.
-    void loop(int begin, int end) {
-      Run* const previous = this_thread().run;
-      for (int i = begin; i < end; ++i) {
-        if (claimed(i).load(std::memory_order_relaxed) ||
-            claimed(i).exchange(true, std::memory_order_relaxed))
-          continue;
-        this_thread().run = this;
-        body(i);
-      }
-      this_thread().run = previous;
-    }
-    void on_block() override {
-      if (!all_claimed.load(std::memory_order_relaxed))
-        group->run([this] {
-          loop(0, n);
-          all_claimed.store(true, std::memory_order_relaxed);
-        });
-    }
-    static constexpr int kInline = 64;
-    const int n;
-    const Body& body;
-    tbb::task_group* group = nullptr;
-    std::atomic<bool> all_claimed{false};
-    std::atomic<bool> inline_flags[kInline];
-    std::unique_ptr<std::atomic<bool>[]> heap;
-  };
-
   int threads_;
   std::unique_ptr<tbb::global_control> parallelism_;
   tbb::task_arena arena_;

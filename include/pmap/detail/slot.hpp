@@ -13,8 +13,6 @@
 #include <string_view>
 #include <vector>
 
-#include <oneapi/tbb/task.h>
-
 #include "pmap/detail/fibers.hpp"
 #include "pmap/detail/shape.hpp"
 
@@ -152,8 +150,7 @@ struct alignas(64) Slot {
   /// Suspended in a point-to-point wait (a ppermute's source, a staged copy's reader): the
   /// member whose next arrival resumes it; -1 in a barrier, which its last arrival completes.
   int awaits = -1;
-  tbb::task::suspend_point resume_point = nullptr;  ///< suspended as a oneTBB task
-  fibers::Fiber* fiber = nullptr;                   ///< suspended as a pmap fiber
+  fibers::Fiber* fiber = nullptr;  ///< the suspended device's fiber
   std::atomic<bool> awake{false};  ///< PMAP_DEVICE_THREADS: the blocked thread may go on
 
  private:

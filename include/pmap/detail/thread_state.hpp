@@ -9,35 +9,29 @@ class Context;
 
 namespace pmap::detail {
 
-class Run;
 namespace fibers {
 struct Fiber;
 }
 
 /// What the current thread is running. Kept fiber-correct: a device sets and restores it
-/// around its kernel (DeviceScope), the pool around each device it runs, Team around a
-/// suspension (a resumed oneTBB task may continue on another thread, whose state it
-/// restores), and pmap's fibers around each switch.
+/// around its kernel (DeviceScope), and the fibers around each switch.
 struct ThreadState {
   /// Its address tells threads apart (Slot::runner).
   char tag = 0;
   /// The device the current fiber runs (nullptr outside of kernels): a pmap called from a
   /// kernel nests inside it.
   Context* device = nullptr;
-  /// The call whose device the current fiber runs: Team asks it for a worker (Run::on_block)
-  /// before a device suspends.
-  Run* run = nullptr;
-  /// The pmap fiber (fibers.hpp) the thread runs, or nullptr: a device on it waits by
-  /// switching back to its thread's loop, not by suspending a oneTBB task.
+  /// The device fiber (fibers.hpp) the thread runs, or nullptr: a device on it waits by
+  /// switching back to its thread's loop.
   fibers::Fiber* fiber = nullptr;
 };
 
-/// The calling thread's state. Out of line and opaque to the optimizer on purpose: a device
-/// that suspends may resume on another thread (a oneTBB resumable task), and a compiler may
-/// keep the address of an inline thread_local (the thread pointer register, tpidr_el0 on
-/// aarch64) from before the suspension, so that a device would then read and write the state
-/// of the thread that started it. Every read of it after a possible suspension calls this
-/// again; none keeps the reference across one.
+/// The calling thread's state. Out of line and opaque to the optimizer on purpose: a compiler
+/// may keep the address of an inline thread_local (the thread pointer register, tpidr_el0 on
+/// aarch64) across a call that switches fibers, and a device that resumed on another thread
+/// (as oneTBB's resumable tasks did; a nested call's inner devices may still) would then read
+/// and write the state of the thread that started it. Every read after a possible switch
+/// calls this again; none keeps the reference across one.
 [[gnu::noinline, gnu::noipa]] ThreadState& this_thread();
 
 /// Sets the current thread's device for a scope and restores the previous one after it.
