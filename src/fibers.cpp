@@ -149,9 +149,38 @@ class StackCache {
   std::vector<void*> free_;
 };
 
-StackCache& stacks() {
+StackCache& shared_stacks() {
   static StackCache cache;
   return cache;
+}
+
+/// A few stacks kept by each thread, so that the loops of one call (one per thread) do not
+/// pass the shared cache's lock between them at every call: a call whose devices never wait
+/// takes and gives back one stack per thread.
+class ThreadStacks {
+ public:
+  ~ThreadStacks() {  // at thread exit, maybe after the shared cache's static destruction
+    for (int k = 0; k < count_; ++k) munmap(kept_[k], stack_bytes());
+  }
+  void* take() { return count_ > 0 ? kept_[--count_] : shared_stacks().take(); }
+  void give(void* m) {
+    if (count_ < kKept)
+      kept_[count_++] = m;
+    else
+      shared_stacks().give(m);
+  }
+
+ private:
+  static constexpr int kKept = 4;
+  void* kept_[kKept] = {};
+  int count_ = 0;
+};
+
+/// The calling thread's stacks (only a Scheduler's loop takes and gives them, never a fiber,
+/// so that the thread is the loop's own).
+ThreadStacks& stacks() {
+  static thread_local ThreadStacks mine;
+  return mine;
 }
 
 /// The stack allocator Boost.Context is given with a preallocated stack: the Scheduler gives
