@@ -2,8 +2,9 @@
 # Builds and runs the whole test suite on a Debian 12 machine:
 #   1. release build (warnings as errors) and its tests,
 #   2. the installed package, consumed by tests/package through find_package(pmap),
-#   3. an ASan + UBSan build of the tests and its tests,
-#   4. a ThreadSanitizer build of the tests and its tests.
+#   3. an aarch64 cross build of the device-layer tests, run under qemu (scripts/aarch64.sh),
+#   4. an ASan + UBSan build of the tests and its tests,
+#   5. a ThreadSanitizer build of the tests and its tests.
 # Installs missing Debian packages first. Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -56,6 +57,9 @@ configure -S tests/package -B "${work}/consumer" -G Ninja \
 cmake --build "${work}/consumer" --parallel "${jobs}"
 "${work}/consumer/consumer"
 
+step "aarch64: cross-build the device-layer tests, run them under qemu"
+bash scripts/aarch64.sh
+
 step "asan: configure and build (tests only)"
 configure --preset ci-asan
 cmake --build --preset ci-asan --parallel "${jobs}"
@@ -74,4 +78,4 @@ step "tsan: tests"
 ctest --preset ci-tsan --parallel "${jobs}"
 
 step "done"
-echo "pmap: all tests passed (release, package consumer, asan+ubsan, tsan) in $((SECONDS - start))s"
+echo "pmap: all tests passed (release, package consumer, aarch64 under qemu, asan+ubsan, tsan) in $((SECONDS - start))s"

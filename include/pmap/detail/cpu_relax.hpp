@@ -1,11 +1,7 @@
 /// @file cpu_relax.hpp
-/// @brief The pause of a spin-wait loop: x86's PAUSE, Arm's YIELD hint (ACLE), nothing
-/// elsewhere.
+/// @brief The pause of a spin-wait loop: x86's PAUSE, Arm's YIELD hint (GCC 12's arm_acle.h
+/// has no __yield), nothing elsewhere.
 #pragma once
-
-#if defined(__aarch64__) || defined(__arm__)
-#include <arm_acle.h>
-#endif
 
 namespace pmap::detail {
 
@@ -13,7 +9,7 @@ inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__) || defined(__arm__)
-  __yield();
+  asm volatile("yield" ::: "memory");
 #endif
 }
 
