@@ -266,6 +266,9 @@ struct Shared {
 
 using Clock = std::chrono::steady_clock;
 
+/// What the handoffs through oneTBB release and acquire for ThreadSanitizer (run()).
+char handoff = 0;
+
 // Parking: spin this long for a peer on another thread before sleeping (a futex wake costs
 // more than a collective's wait at 8 KiB).
 constexpr auto kParkSpin = std::chrono::microseconds(20);
@@ -517,25 +520,33 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
     Scheduler here(shared, 0, host);
     here.loop();
   } else {
-    // oneTBB hands `shared` to its workers and back: a release and an acquire that its
-    // uninstrumented library does not show ThreadSanitizer.
-    sanitizers::release(&shared);
-    arena.execute([&] {
+    // oneTBB hands each task (and `shared`) to a worker, and the worker's work back to the
+    // caller: releases and acquires that its uninstrumented library does not show
+    // ThreadSanitizer. A task is built first (defer) and released before it is spawned; it
+    // acquires before it reads what it captured.
+    const auto threads_of_the_call = [&] {
+      sanitizers::acquire(&handoff);
       tbb::task_group group;
-      for (int w = 1; w < shared.blocks; ++w)
-        group.run([&shared, w] {
-          sanitizers::acquire(&shared);
+      for (int w = 1; w < shared.blocks; ++w) {
+        tbb::task_handle task = group.defer([&shared, w] {
+          sanitizers::acquire(&handoff);
           {
             Scheduler worker(shared, w, nullptr);
             worker.loop();
           }
-          sanitizers::release(&shared);
+          sanitizers::release(&handoff);
         });
+        sanitizers::release(&handoff);
+        group.run(std::move(task));
+      }
       Scheduler caller(shared, 0, nullptr);
       caller.loop();
       group.wait();
-    });
-    sanitizers::acquire(&shared);
+      sanitizers::release(&handoff);
+    };
+    sanitizers::release(&handoff);  // a worker may run it (when the arena has no free slot)
+    arena.execute(threads_of_the_call);
+    sanitizers::acquire(&handoff);
   }
   if (shared.error) std::rethrow_exception(shared.error);
 }

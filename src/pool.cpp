@@ -1,5 +1,7 @@
 #include "pmap/detail/pool.hpp"
 
+#include "pmap/detail/sanitizers.hpp"
+
 #include <pthread.h>
 #include <sched.h>
 
@@ -30,12 +32,15 @@ ThreadBinder::ThreadBinder(tbb::task_arena& arena) : tbb::task_scheduler_observe
   if (sched_getaffinity(0, sizeof mask, &mask) == 0)
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &mask)) cpus_.push_back(c);
+  // Workers read cpus_ in on_scheduler_entry, handed over by oneTBB's uninstrumented library.
+  sanitizers::release(this);
   if (cpus_.size() > 1) observe(true);  // one CPU: nothing to choose
 }
 
 ThreadBinder::~ThreadBinder() { observe(false); }
 
 void ThreadBinder::on_scheduler_entry(bool is_worker) {
+  sanitizers::acquire(this);
   const int slot = tbb::this_task_arena::current_thread_index();
   if (!is_worker || slot <= 0) return;
   const int cpu = cpus_[static_cast<std::size_t>(slot) % cpus_.size()];
