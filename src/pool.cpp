@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 
 namespace pmap::detail {
 
@@ -37,9 +39,21 @@ ThreadBinder::ThreadBinder(tbb::task_arena& arena) : tbb::task_scheduler_observe
   if (cpus_.size() > 1) observe(true);  // one CPU: nothing to choose
 }
 
-ThreadBinder::~ThreadBinder() { observe(false); }
+// A thread inside the arena holds oneTBB's record of the last observer it notified, which it
+// frees when it leaves (observer_proxy.cpp): destroyed while a worker still lingers in the
+// arena, the binder would leave that record behind at process exit (LeakSanitizer sees it).
+// The workers leave an arena without work within microseconds; the wait is bounded anyway.
+ThreadBinder::~ThreadBinder() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (inside_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  observe(false);
+}
+
+void ThreadBinder::on_scheduler_exit(bool) { inside_.fetch_sub(1, std::memory_order_release); }
 
 void ThreadBinder::on_scheduler_entry(bool is_worker) {
+  inside_.fetch_add(1, std::memory_order_relaxed);
   sanitizers::acquire(this);
   const int slot = tbb::this_task_arena::current_thread_index();
   if (!is_worker || slot <= 0) return;

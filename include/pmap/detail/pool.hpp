@@ -38,9 +38,11 @@ class ThreadBinder final : public tbb::task_scheduler_observer {
   ThreadBinder(const ThreadBinder&) = delete;
   ThreadBinder& operator=(const ThreadBinder&) = delete;
   void on_scheduler_entry(bool is_worker) override;
+  void on_scheduler_exit(bool is_worker) override;
 
  private:
-  std::vector<int> cpus_;  ///< the process's CPUs when the Runtime was made
+  std::vector<int> cpus_;       ///< the process's CPUs when the Runtime was made
+  std::atomic<int> inside_{0};  ///< threads between their entry and exit notifications
 };
 
 /// The worker threads of a Runtime: one oneTBB task_arena, created once.
