@@ -123,6 +123,9 @@ int Context::axis_size(AxisNames axes) const {
 
 const detail::GroupInfo& Context::group(const AxisNames& axes, const Groups& groups,
                                         bool equal_sizes, const char* op) {
+  // Every collective asks for its group first: the ones this device started before it run
+  // now (SPEC 11's order), before anything here is read (they ask for groups too).
+  if (!started_.empty()) detail::Access::complete_through(*this, nullptr);
   const detail::Team& team = *member_.team;
   if (!group_cache_) group_cache_ = std::make_unique<detail::GroupInfo>();
   detail::GroupInfo& g = *group_cache_;

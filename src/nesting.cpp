@@ -20,6 +20,7 @@ namespace pmap::detail {
 // alike when one returned from its kernel instead.
 std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string& axis_name,
                                   const Runtime& runtime) {
+  Access::complete_through(outer, nullptr);  // started collectives come first (SPEC 11)
   Member& me = Access::member(outer);
   Team& team = *me.team;
   if (team.distributed())

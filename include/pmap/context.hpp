@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <exception>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -20,10 +21,29 @@ namespace pmap {
 
 template <class F, class In, class Out>
 class Mapped;
+template <class R>
+class Pending;
 
 namespace detail {
 struct Access;
 struct GroupInfo;
+
+/// A collective started by a *_start member, queued on its device until it runs
+/// (pending.hpp): the part of a Pending that the device's Context sees.
+class Started {
+ public:
+  virtual ~Started() = default;
+  /// Runs the blocking collective on the held operand and keeps its result.
+  virtual void run(Context& ctx) = 0;
+  /// The kernel is unwinding past the Pending that owns this collective.
+  bool unwinding() const { return std::uncaught_exceptions() > uncaught_at_start; }
+
+  Context* context = nullptr;  ///< the device that started it; null once its kernel ended
+  bool done = false;           ///< it ran (error: what it met)
+  bool waited = false;
+  std::exception_ptr error;
+  int uncaught_at_start = 0;
+};
 /// Result scalar of psum (bool sums to int32) and of pmean (integers give double).
 template <class T>
 using psum_acc = std::conditional_t<std::is_same_v<T, bool>, std::int32_t, T>;
@@ -198,6 +218,40 @@ class Context {
   template <class T, int R, int L>
   void donate(Eigen::Tensor<T, R, L>&& t);
 
+  /// @name Nonblocking collectives (SPEC 11, pending.hpp)
+  /// Each starts the collective of the same name and returns a pmap::Pending<R>, R what the
+  /// blocking call returns for the same arguments; `wait()` returns it. A started collective
+  /// takes its place in the device's sequence of collectives when it starts. Operands: an
+  /// rvalue tensor or tree belongs to the Pending (and is donated); an lvalue, map or Core
+  /// object must stay alive and unmodified until wait() returns or the Pending is destroyed;
+  /// an expression is evaluated at the start.
+  /// @{
+  template <class X> auto psum_start(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <class X> auto pmean_start(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <class X> auto pmax_start(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <class X> auto pmin_start(X&& x, AxisNames axes = {}, const Groups& groups = {});
+  template <class X>
+  auto all_gather_start(X&& x, AxisNames axes = {}, int axis = 0, const Groups& groups = {});
+  template <class X>
+  auto all_gather_start(X&& x, AxisNames axes, int axis, tiled_t, const Groups& groups = {});
+  template <class X>
+  auto psum_scatter_start(X&& x, AxisNames axes = {}, int scatter_dimension = 0,
+                          const Groups& groups = {});
+  template <class X>
+  auto psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension, tiled_t,
+                          const Groups& groups = {});
+  template <class X>
+  auto all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis,
+                        const Groups& groups = {});
+  template <class X>
+  auto all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
+                        const Groups& groups = {});
+  template <class X>
+  auto ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm);
+  /// @}
+
+  ~Context();
+
  private:
   friend struct detail::Access;
   Context(detail::Team* team, int index, const Device* device, Runtime* runtime)
@@ -211,6 +265,11 @@ class Context {
   const Device* device_;
   Runtime* runtime_;
   std::unique_ptr<detail::GroupInfo> group_cache_;
+  /// The collectives this device started and whose Pending is alive, in start order; those
+  /// not done run in that order (Access::complete_through).
+  std::vector<detail::Started*> started_;
+  std::exception_ptr started_error_;  ///< met by a collective nobody waited for
+  bool completing_ = false;           ///< complete_through() is running the queue
 };
 
 namespace detail {
@@ -263,6 +322,28 @@ struct Access {
   }
   static constexpr std::size_t kMinSpareBytes = 64 * 1024;
   static constexpr std::size_t kMaxSpares = 2;
+
+  // ---- started collectives (pending.hpp, src/pending.cpp) -----------------------------
+  /// Queues `op`, just started on `c`.
+  static void queue(Context& c, Started* op) {
+    op->context = &c;
+    op->uncaught_at_start = std::uncaught_exceptions();
+    c.started_.push_back(op);
+  }
+  template <class R, class Op>
+  static Pending<R> pending(std::unique_ptr<Op> op) {
+    return Pending<R>(std::move(op));
+  }
+  /// Runs the started collectives of `c` that have not run, in start order, up to `last`
+  /// (every one when null). Rethrows the first error one of them meets. Does nothing when
+  /// called from inside one of them (its own collective, which is next in the sequence).
+  static void complete_through(Context& c, const Started* last);
+  /// The Pending of `op` is destroyed (or assigned to) unwaited: runs `op` unless the
+  /// kernel is unwinding, and forgets it. An error it met fails the call.
+  static void abandon(Context& c, Started* op, bool unwinding) noexcept;
+  /// After the kernel returned: runs what is left and rethrows what an unwaited collective
+  /// met.
+  static void finish_started(Context& c);
 };
 
 /// The team axis ids named by `axes` (innermost for {}); NameError for unbound names.

@@ -21,6 +21,7 @@
 #include "pmap/mapped.hpp"
 #include "pmap/mesh.hpp"
 #include "pmap/options.hpp"
+#include "pmap/pending.hpp"
 #include "pmap/runtime.hpp"
 #include "pmap/shard_map.hpp"
 #include "pmap/trace.hpp"

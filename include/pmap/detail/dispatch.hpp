@@ -97,6 +97,7 @@ void run_device(Team& team, int index, const Device* device, Runtime* runtime, B
   try {
     if (team.cancelled()) throw Cancelled{};
     body(ctx);
+    Access::finish_started(ctx);  // what the kernel started and kept beyond its return
     team.slot(index).final_phase = Access::member(ctx).phase;
   } catch (const Cancelled&) {
     failed = true;

@@ -23,6 +23,11 @@
 #include "pmap/detail/tensor_traits.hpp"
 #include "pmap/runtime.hpp"
 
+namespace pmap {
+template <class R>
+class Pending;
+}  // namespace pmap
+
 namespace pmap::detail {
 
 // ---- out_axes resolution ---------------------------------------------------------------------
@@ -75,7 +80,15 @@ template <class O>
 inline constexpr bool valid_output_v = output_leaf<std::remove_cvref_t<O>>::value;
 
 template <class O>
+inline constexpr bool is_pending_v = false;
+template <class R>
+inline constexpr bool is_pending_v<Pending<R>> = true;
+
+template <class O>
 constexpr bool check_output() {
+  static_assert(!is_pending_v<O>,
+                "pmap: a kernel cannot return a pmap::Pending (a collective in flight belongs to "
+                "the device invocation that started it): return its wait() instead");
   static_assert(valid_output_v<O>,
                 "pmap: a kernel output must be an Eigen tensor, TensorMap, tensor expression, "
                 "Eigen::Matrix / Eigen::Array (or a Map of one) or arithmetic scalar (or a "

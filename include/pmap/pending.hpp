@@ -1,0 +1,261 @@
+/// @file pending.hpp
+/// @brief Nonblocking collectives (SPEC 11): pmap::Pending and the Context::*_start members.
+///
+/// A started collective takes its place in the device's sequence of collectives when it is
+/// started: its operand is held (an rvalue tensor or tree owned, donated when it runs; an
+/// lvalue referenced; an expression evaluated now), and the collective is queued on the
+/// device (Context::started_). The queue runs in start order, each entry on the engine of
+/// the blocking collective (one engine: `wait()` returns what the blocking call returns,
+/// bit for bit, on every path), when the device waits for one of them, calls a blocking
+/// collective or a nested pmap (the older ones complete first, SPEC 11's "complete older
+/// ones first when it must"), or when a Pending is destroyed unwaited. Every device of a
+/// group therefore runs its collectives in the same order, started or not, and a device
+/// that started different ones meets its peers with another signature: E14, as for blocking
+/// ones. A kernel that throws drops its queued collectives: nothing was published, so no
+/// peer reads their operands, and the call is cancelled as in SPEC 5.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "pmap/collectives.hpp"
+#include "pmap/context.hpp"
+#include "pmap/errors.hpp"
+
+namespace pmap {
+namespace detail {
+
+/// A started collective with its result type: what Pending<R> owns.
+template <class R>
+class StartedOf : public Started {
+ public:
+  std::optional<R> result;
+};
+
+/// The collective itself: `call(ctx, held)` runs the blocking collective on the held operand.
+template <class R, class Held, class Call>
+class StartedWith final : public StartedOf<R> {
+ public:
+  StartedWith(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
+  void run(Context& ctx) override { this->result.emplace(call_(ctx, held_.get())); }
+
+ private:
+  Held held_;
+  Call call_;
+};
+
+/// An operand owned by the started collective (an rvalue, an evaluated expression, a
+/// scalar): handed to the collective as an rvalue, so that tensors and trees are donated.
+template <class T>
+struct Owned {
+  T value;
+  T&& get() { return std::move(value); }
+};
+/// An lvalue operand, which must outlive the collective (SPEC 11's operand rule).
+template <class T>
+struct Referenced {
+  const T* value;
+  const T& get() const { return *value; }
+};
+
+/// What a started collective keeps of operand x.
+template <class X>
+auto hold(X&& x) {
+  using D = std::remove_cvref_t<X>;
+  if constexpr (is_tensor_expr_v<D> && !is_tensor_leaf_v<D>) {
+    return Owned<decltype(pmap::eval(x))>{pmap::eval(x)};  // evaluated when it starts
+  } else if constexpr (is_core_dense_v<D> && !is_core_plain_v<D> && !is_core_map_v<D>) {
+    return Owned<typename D::PlainObject>{x};  // a Core expression, likewise
+  } else if constexpr (is_arithmetic_scalar_v<D> || !std::is_lvalue_reference_v<X>) {
+    return Owned<D>{std::forward<X>(x)};
+  } else {
+    return Referenced<D>{&x};
+  }
+}
+
+/// Queues collective `call` of `ctx` on operand x and returns its Pending.
+template <class X, class Call>
+auto start(Context& ctx, X&& x, Call call) {
+  auto held = hold(std::forward<X>(x));
+  using Held = decltype(held);
+  using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
+  auto op = std::make_unique<StartedWith<R, Held, Call>>(std::move(held), std::move(call));
+  Access::queue(ctx, op.get());
+  return Access::pending<R>(std::move(op));
+}
+
+}  // namespace detail
+
+/// @brief A collective started by a `*_start` member of Context; in flight until wait().
+///
+/// Example: both halos of a 1-D stencil in flight while the interior is updated.
+/// <!-- example-context: kernel -->
+/// @code
+///   const int n = ctx.axis_size("i");
+///   std::vector<std::pair<int, int>> to_left, to_right;
+///   for (int d = 0; d < n; ++d) {
+///     to_left.emplace_back(d, (d + n - 1) % n);
+///     to_right.emplace_back(d, (d + 1) % n);
+///   }
+///   const Eigen::Index last = x.size() - 1;
+///   auto from_right = ctx.ppermute_start(x.slice(std::array<Eigen::Index, 1>{0}, std::array<Eigen::Index, 1>{1}), "i", to_left);
+///   auto from_left = ctx.ppermute_start(x.slice(std::array<Eigen::Index, 1>{last}, std::array<Eigen::Index, 1>{1}), "i", to_right);
+///   Eigen::Tensor<float, 1, Eigen::RowMajor> next(x.size());
+///   for (Eigen::Index k = 1; k < last; ++k) next(k) = 0.5f * x(k) + 0.25f * (x(k - 1) + x(k + 1));
+///   auto left = from_left.wait();      // the halos, while the interior was computed
+///   auto right = from_right.wait();
+///   next(0) = 0.5f * x(0) + 0.25f * (left(0) + x(1));
+///   next(last) = 0.5f * x(last) + 0.25f * (x(last - 1) + right(0));
+///   return next;
+/// @endcode
+///
+/// A Pending belongs to the device invocation that started it; a kernel cannot return one.
+template <class R>
+class Pending {
+ public:
+  Pending(Pending&& other) noexcept = default;
+  /// A Pending not yet waited may not be assigned to: if it is, its collective completes
+  /// first, as when it is destroyed.
+  Pending& operator=(Pending&& other) noexcept {
+    if (this != &other) {
+      abandon();
+      op_ = std::move(other.op_);
+    }
+    return *this;
+  }
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+  ~Pending() { abandon(); }
+
+  /// The result the blocking collective returns for the same arguments; once. Collectives
+  /// started before this one complete first. Rethrows what the collective met (E14, a
+  /// peer's failure).
+  R wait() {
+    if (!op_ || op_->waited)
+      detail::raise_value_error("pmap: Pending::wait() called on a collective already waited for "
+                                "(or moved from)");
+    if (!op_->done) detail::Access::complete_through(*op_->context, op_.get());
+    op_->waited = true;
+    if (op_->error) std::rethrow_exception(op_->error);
+    return std::move(*op_->result);
+  }
+
+  /// True when wait() would return without waiting for a peer. Makes progress: collectives
+  /// that have not run yet run now (they complete when their peers arrive), so a loop that
+  /// polls ready() between pieces of work always ends.
+  bool ready() const {
+    if (op_ && !op_->done && op_->context != nullptr)
+      detail::Access::complete_through(*op_->context, op_.get());
+    return op_ && op_->done;
+  }
+
+ private:
+  friend struct detail::Access;
+  explicit Pending(std::unique_ptr<detail::StartedOf<R>> op) : op_(std::move(op)) {}
+
+  /// Destroyed or assigned to unwaited: completes the collective and drops the result; an
+  /// error it met reaches the call's caller as a kernel exception would. During unwinding
+  /// (the kernel throws) the collective is dropped instead: it never published anything.
+  void abandon() noexcept {
+    if (!op_) return;
+    if (op_->context != nullptr) detail::Access::abandon(*op_->context, op_.get(), op_->unwinding());
+    op_.reset();
+  }
+
+  std::unique_ptr<detail::StartedOf<R>> op_;
+};
+
+// ---- the *_start members (SPEC 11) ------------------------------------------------------
+template <class X>
+auto Context::psum_start(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+    return c.psum(std::forward<decltype(v)>(v), axes, groups);
+  });
+}
+
+template <class X>
+auto Context::pmean_start(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+    return c.pmean(std::forward<decltype(v)>(v), axes, groups);
+  });
+}
+
+template <class X>
+auto Context::pmax_start(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+    return c.pmax(std::forward<decltype(v)>(v), axes, groups);
+  });
+}
+
+template <class X>
+auto Context::pmin_start(X&& x, AxisNames axes, const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+    return c.pmin(std::forward<decltype(v)>(v), axes, groups);
+  });
+}
+
+template <class X>
+auto Context::all_gather_start(X&& x, AxisNames axes, int axis, const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x), [axes, axis, groups](Context& c, auto&& v) {
+    return c.all_gather(std::forward<decltype(v)>(v), axes, axis, groups);
+  });
+}
+
+template <class X>
+auto Context::all_gather_start(X&& x, AxisNames axes, int axis, tiled_t, const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x), [axes, axis, groups](Context& c, auto&& v) {
+    return c.all_gather(std::forward<decltype(v)>(v), axes, axis, tiled, groups);
+  });
+}
+
+template <class X>
+auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension,
+                                 const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x),
+                       [axes, scatter_dimension, groups](Context& c, auto&& v) {
+                         return c.psum_scatter(std::forward<decltype(v)>(v), axes,
+                                               scatter_dimension, groups);
+                       });
+}
+
+template <class X>
+auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension, tiled_t,
+                                 const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x),
+                       [axes, scatter_dimension, groups](Context& c, auto&& v) {
+                         return c.psum_scatter(std::forward<decltype(v)>(v), axes,
+                                               scatter_dimension, tiled, groups);
+                       });
+}
+
+template <class X>
+auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis,
+                               const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x),
+                       [axes, split_axis, concat_axis, groups](Context& c, auto&& v) {
+                         return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
+                                             concat_axis, groups);
+                       });
+}
+
+template <class X>
+auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
+                               const Groups& groups) {
+  return detail::start(*this, std::forward<X>(x),
+                       [axes, split_axis, concat_axis, groups](Context& c, auto&& v) {
+                         return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
+                                             concat_axis, tiled, groups);
+                       });
+}
+
+template <class X>
+auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
+  return detail::start(*this, std::forward<X>(x), [axes, perm](Context& c, auto&& v) {
+    return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
+  });
+}
+
+}  // namespace pmap

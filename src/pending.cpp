@@ -1,0 +1,86 @@
+// The queue of started collectives of one device (SPEC 11, pmap/pending.hpp).
+#include <algorithm>
+#include <exception>
+
+#include "pmap/context.hpp"
+#include "pmap/detail/errors.hpp"
+
+namespace pmap {
+namespace detail {
+namespace {
+
+bool is_cancellation(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Cancelled&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+/// complete_through() runs the queue: not re-entered from the collectives it runs.
+class Completing {
+ public:
+  explicit Completing(bool& flag) : flag_(flag) { flag_ = true; }
+  ~Completing() { flag_ = false; }
+  Completing(const Completing&) = delete;
+  Completing& operator=(const Completing&) = delete;
+
+ private:
+  bool& flag_;
+};
+
+}  // namespace
+
+void Access::complete_through(Context& c, const Started* last) {
+  if (c.completing_) return;
+  Completing guard(c.completing_);
+  // Indexes, not iterators: a collective that runs starts or forgets nothing, but the
+  // vector is only read here.
+  for (std::size_t i = 0; i < c.started_.size(); ++i) {
+    Started* op = c.started_[i];
+    if (!op->done) {
+      try {
+        op->run(c);
+      } catch (...) {
+        op->error = std::current_exception();
+      }
+      op->done = true;
+      if (op->error) std::rethrow_exception(op->error);
+    }
+    if (op == last) return;
+  }
+}
+
+void Access::abandon(Context& c, Started* op, bool unwinding) noexcept {
+  std::exception_ptr met;
+  if (!op->done && !unwinding) {
+    try {
+      complete_through(c, op);
+    } catch (...) {
+      met = std::current_exception();
+    }
+  }
+  if (!met && op->done && !op->waited) met = op->error;
+  if (met && !c.started_error_) {
+    c.started_error_ = met;
+    // Nobody waits for it: the others learn now, as they would of a kernel's exception.
+    if (!is_cancellation(met)) c.member_.team->fail(met, c.member_.index);
+  }
+  c.started_.erase(std::remove(c.started_.begin(), c.started_.end(), op), c.started_.end());
+}
+
+void Access::finish_started(Context& c) {
+  complete_through(c, nullptr);
+  if (c.started_error_) std::rethrow_exception(c.started_error_);
+}
+
+}  // namespace detail
+
+Context::~Context() {
+  // Pendings kept beyond the kernel (stored outside it): their device is gone.
+  for (detail::Started* op : started_) op->context = nullptr;
+}
+
+}  // namespace pmap

@@ -1,0 +1,340 @@
+/// @file test_pending.cpp
+/// @brief Nonblocking collectives (SPEC 11): every *_start form waited gives bit for bit the
+/// blocking result, for tensors, expressions, donated tensors, scalars, trees and Eigen Core
+/// operands, small (staged) and large (in place), with groups, nested and in shard_map; waits
+/// in any order with blocking collectives and further starts between; devices that start
+/// different sequences get E14 naming both; a Pending destroyed unwaited completes its
+/// collective; a kernel that throws with collectives in flight cancels the call and leaves
+/// the runtime usable. 1 to 8 devices on 1 and 2 threads.
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "collective_util.hpp"
+
+namespace {
+
+using namespace coll_test;
+using pmap::P;
+using I1 = Tensor<int, 1>;
+
+class Pending : public RuntimeTest {};
+INSTANTIATE_TEST_SUITE_P(Runtimes, Pending, testing::ValuesIn(collective_configs()), config_name);
+
+/// Same dimensions and the same bytes (bit for bit, also for NaN-free floats).
+template <class A, class B>
+bool same(const A& a, const B& b) {
+  if constexpr (std::is_arithmetic_v<A>) {
+    return std::memcmp(&a, &b, sizeof a) == 0;
+  } else {
+    if (a.size() != b.size()) return false;
+    if constexpr (requires { a.dimensions(); }) {
+      if (!(a.dimensions() == b.dimensions())) return false;
+    } else {
+      if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+    }
+    return std::memcmp(a.data(), b.data(), sizeof(*a.data()) * static_cast<std::size_t>(a.size())) == 0;
+  }
+}
+
+/// Runs f over n devices; every device returns how many of its comparisons failed.
+template <class F>
+void expect_no_mismatch(pmap::Runtime& rt, int n, Index len, F&& f) {
+  F2 x = make<F2>(3, n, len);
+  auto mapped = pmap::pmap(std::forward<F>(f), on_axis(rt));
+  I1 bad = mapped(x);
+  for (int p = 0; p < n; ++p) EXPECT_EQ(bad(p), 0) << "device " << p;
+}
+
+// Small operands take the staged path, 64 Ki floats the in-place one.
+constexpr Index kSmall = 5;
+constexpr Index kLarge = 64 * 1024;
+
+TEST_P(Pending, StartedReductionsAreTheBlockingOnes) {
+  for (Index len : {kSmall, kLarge}) {
+    expect_no_mismatch(rt(), n(), len, [](pmap::Context& ctx, auto v) {
+      const F1 x = pmap::eval(v);
+      int bad = 0;
+      {
+        auto h = ctx.psum_start(x, "i");  // lvalue
+        bad += !same(h.wait(), ctx.psum(x, "i"));
+      }
+      {
+        auto h = ctx.pmean_start(x * 2.f, "i");  // expression, evaluated now
+        bad += !same(h.wait(), ctx.pmean(x * 2.f, "i"));
+      }
+      {
+        F1 donated = x;
+        auto h = ctx.pmax_start(std::move(donated), "i");  // rvalue: owned, donated
+        bad += !same(h.wait(), ctx.pmax(x, "i"));
+      }
+      {
+        auto h = ctx.pmin_start(x(0), "i");  // scalar
+        bad += !same(h.wait(), ctx.pmin(x(0), "i"));
+      }
+      {
+        auto h = ctx.psum_start(std::make_tuple(F1(x), x(0)), "i");  // donated tree
+        auto r = h.wait();
+        auto e = ctx.psum(std::make_tuple(F1(x), x(0)), "i");
+        bad += !same(std::get<0>(r), std::get<0>(e)) + !same(std::get<1>(r), std::get<1>(e));
+      }
+      {
+        const Eigen::MatrixXf m = Eigen::Map<const Eigen::MatrixXf>(x.data(), 1, x.size());
+        auto h = ctx.pmax_start(m, "i");  // Eigen Core operand
+        bad += !same(h.wait(), ctx.pmax(m, "i"));
+      }
+      return bad;
+    });
+  }
+}
+
+TEST_P(Pending, StartedDataMoversAreTheBlockingOnes) {
+  const int devices = n();
+  for (Index len : {Index{2} * devices, kLarge}) {
+    expect_no_mismatch(rt(), devices, len, [devices](pmap::Context& ctx, auto v) {
+      const F1 x = pmap::eval(v);
+      int bad = 0;
+      bad += !same(ctx.all_gather_start(x, "i").wait(), ctx.all_gather(x, "i"));
+      bad += !same(ctx.all_gather_start(x, "i", 0, pmap::tiled).wait(),
+                   ctx.all_gather(x, "i", 0, pmap::tiled));
+      bad += !same(ctx.psum_scatter_start(x, "i", 0, pmap::tiled).wait(),
+                   ctx.psum_scatter(x, "i", 0, pmap::tiled));
+      const F2 square = ctx.all_gather(x.slice(std::array<Index, 1>{0}, std::array<Index, 1>{devices}), "i");
+      bad += !same(ctx.psum_scatter_start(square, "i").wait(), ctx.psum_scatter(square, "i"));
+      bad += !same(ctx.all_to_all_start(square, "i", 0, 0).wait(), ctx.all_to_all(square, "i", 0, 0));
+      bad += !same(ctx.all_to_all_start(x, "i", 0, 0, pmap::tiled).wait(),
+                   ctx.all_to_all(x, "i", 0, 0, pmap::tiled));
+      const Perm right = ring(devices, 1);
+      bad += !same(ctx.ppermute_start(x, "i", right).wait(), ctx.ppermute(x, "i", right));
+      F1 donated = x;
+      bad += !same(ctx.ppermute_start(std::move(donated), "i", right).wait(), ctx.ppermute(x, "i", right));
+      return bad;
+    });
+  }
+}
+
+TEST_P(Pending, WaitsInAnyOrderWithBlockingCollectivesAndStartsBetween) {
+  const int devices = n();
+  for (Index len : {kSmall, kLarge}) {
+    expect_no_mismatch(rt(), devices, len, [devices](pmap::Context& ctx, auto v) {
+      const F1 x = pmap::eval(v);
+      const F1 y = pmap::eval(x * 3.f + 1.f);
+      const Perm left = ring(devices, -1);
+      const Perm right = ring(devices, 1);
+      auto a = ctx.psum_start(x, "i");
+      auto b = ctx.ppermute_start(x, "i", left);
+      auto gathered = ctx.all_gather(y, "i");  // blocking, between
+      auto c = ctx.ppermute_start(y, "i", right);
+      auto rc = c.wait();
+      auto rb = b.wait();
+      auto d = ctx.pmax_start(y, "i");
+      auto ra = a.wait();
+      auto rd = d.wait();
+      int bad = 0;
+      bad += !same(ra, ctx.psum(x, "i"));
+      bad += !same(rb, ctx.ppermute(x, "i", left));
+      bad += !same(gathered, ctx.all_gather(y, "i"));
+      bad += !same(rc, ctx.ppermute(y, "i", right));
+      bad += !same(rd, ctx.pmax(y, "i"));
+      return bad;
+    });
+  }
+}
+
+TEST_P(Pending, GroupsApplyToStartedCollectives) {
+  if (n() % 2 != 0) GTEST_SKIP() << "pairs of devices";
+  pmap::Groups pairs;
+  for (int d = 0; d < n(); d += 2) pairs.push_back({d, d + 1});
+  expect_no_mismatch(rt(), n(), kSmall, [pairs](pmap::Context& ctx, auto v) {
+    const F1 x = pmap::eval(v);
+    int bad = !same(ctx.psum_start(x, "i", pairs).wait(), ctx.psum(x, "i", pairs));
+    bad += !same(ctx.all_gather_start(x, "i", 0, pairs).wait(), ctx.all_gather(x, "i", 0, pairs));
+    return bad;
+  });
+}
+
+TEST_P(Pending, ReadyMakesProgressAndWaitReturnsTheResult) {
+  const int devices = n();
+  expect_no_mismatch(rt(), devices, kSmall, [devices](pmap::Context& ctx, auto v) {
+    const F1 x = pmap::eval(v);
+    auto h = ctx.ppermute_start(x, "i", ring(devices, 1));
+    int polls = 0;
+    while (!h.ready()) ++polls;  // ends: ready() runs the collective
+    const bool again = h.ready();
+    return static_cast<int>(!again) + !same(h.wait(), ctx.ppermute(x, "i", ring(devices, 1)));
+  });
+}
+
+TEST_P(Pending, APendingDestroyedUnwaitedCompletesItsCollective) {
+  // Even devices drop their Pending, odd ones wait: the odd ones still receive the even
+  // ones' values, and the blocking psum that follows meets everyone.
+  const int devices = n();
+  F2 x = make<F2>(4, devices, kSmall);
+  auto f = pmap::pmap(
+      [devices](pmap::Context& ctx, auto v) {
+        const F1 mine = pmap::eval(v);
+        F1 got(mine.size());
+        got.setZero();
+        {
+          auto h = ctx.ppermute_start(mine, "i", ring(devices, 1));
+          if (ctx.axis_index() % 2 == 1) got = h.wait();
+        }
+        return std::make_tuple(got, ctx.psum(mine, "i"));
+      },
+      on_axis(rt()));
+  auto [got, sum] = f(x);
+  const F2 shifted = [&] {
+    F2 s(devices, kSmall);
+    for (int p = 0; p < devices; ++p)
+      for (Index k = 0; k < kSmall; ++k) s(p, k) = x((p - 1 + devices) % devices, k);
+    return s;
+  }();
+  for (int p = 1; p < devices; p += 2)
+    for (Index k = 0; k < kSmall; ++k) EXPECT_EQ(got(p, k), shifted(p, k)) << p << "," << k;
+  for (int p = 0; p < devices; ++p)
+    for (Index k = 0; k < kSmall; ++k) {
+      float e = 0.f;
+      for (int q = 0; q < devices; ++q) e += x(q, k);
+      EXPECT_EQ(sum(p, k), e);
+    }
+}
+
+TEST_P(Pending, DevicesThatStartDifferentCollectivesGetE14NamingBoth) {
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        if (ctx.axis_index() == 0) return ctx.psum_start(x, "i").wait();
+        return ctx.pmax_start(x, "i").wait();
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(5, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("psum"), std::string::npos) << message;
+  EXPECT_NE(message.find("pmax"), std::string::npos) << message;
+}
+
+TEST_P(Pending, AnErrorMetByAnUnwaitedCollectiveReachesTheCaller) {
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        if (ctx.axis_index() == 0) {
+          auto dropped = ctx.psum_start(x, "i");
+        } else {
+          auto dropped = ctx.pmin_start(x, "i");
+        }
+        return x;
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(6, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("pmin"), std::string::npos) << message;
+}
+
+TEST_P(Pending, AKernelThatThrowsWithCollectivesInFlightCancelsTheCall) {
+  const int devices = n();
+  for (Index len : {kSmall, kLarge}) {
+    auto f = pmap::pmap(
+        [devices](pmap::Context& ctx, auto v) {
+          const F1 x = pmap::eval(v);
+          auto a = ctx.psum_start(x, "i");
+          auto b = ctx.ppermute_start(F1(x), "i", ring(devices, 1));
+          if (ctx.axis_index() == devices - 1) throw std::runtime_error("device failed");
+          auto rb = b.wait();
+          return pmap::eval(a.wait() + rb);
+        },
+        on_axis(rt()));
+    F2 x = make<F2>(7, devices, len);
+    expect_throw_msg<std::runtime_error>([&] { (void)f(x); }, "device failed");
+    // The runtime is unaffected.
+    auto g = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum_start(pmap::eval(v), "i").wait(); },
+                        on_axis(rt()));
+    F2 expected(devices, len);
+    for (Index k = 0; k < len; ++k) {
+      float e = 0.f;
+      for (int q = 0; q < devices; ++q) e += x(q, k);
+      for (int p = 0; p < devices; ++p) expected(p, k) = e;
+    }
+    EXPECT_TRUE(tensors_equal(g(x), expected));
+  }
+}
+
+TEST_P(Pending, WaitingTwiceIsAValueError) {
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        auto h = ctx.psum_start(pmap::eval(v), "i");
+        auto r = h.wait();
+        (void)h.wait();
+        return r;
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(8, n(), kSmall);
+  const std::string message = catch_message<pmap::ValueError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("already waited"), std::string::npos) << message;
+}
+
+TEST_P(Pending, StartedInsideANestedPmapOverInnerAndOuterAxes) {
+  if (n() % 2 != 0) GTEST_SKIP() << "an inner axis of 2";
+  const int outer_size = n() / 2;
+  F3 x = make<F3>(9, outer_size, 2, kSmall);
+  pmap::Runtime& runtime = rt();
+  auto f = pmap::pmap(
+      [&runtime](pmap::Context& outer_ctx, auto xi) {
+        auto early = outer_ctx.psum_start(pmap::eval(xi), "i");  // completes before the nested call
+        auto inner = pmap::pmap(
+            [](pmap::Context& ctx, auto v) {
+              const F1 y = pmap::eval(v);
+              auto a = ctx.psum_start(y, {"i", "j"});
+              auto b = ctx.ppermute_start(y, "j", {{0, 1}, {1, 0}});
+              auto c = ctx.pmax_start(y, "i");
+              int bad = !same(b.wait(), ctx.ppermute(y, "j", {{0, 1}, {1, 0}}));
+              bad += !same(a.wait(), ctx.psum(y, {"i", "j"}));
+              bad += !same(c.wait(), ctx.pmax(y, "i"));
+              return bad;
+            },
+            on_axis(runtime, "j"));
+        auto bad = inner(xi);
+        auto sum = early.wait();
+        return std::make_tuple(bad, sum);
+      },
+      on_axis(rt(), "i"));
+  auto [bad, sum] = f(x);
+  for (int i = 0; i < outer_size; ++i)
+    for (int j = 0; j < 2; ++j) EXPECT_EQ(bad(i, j), 0) << i << "," << j;
+  for (int i = 0; i < outer_size; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (Index k = 0; k < kSmall; ++k) {
+        float e = 0.f;
+        for (int q = 0; q < outer_size; ++q) e += x(q, j, k);
+        EXPECT_EQ(sum(i, j, k), e);
+      }
+}
+
+TEST_P(Pending, StartedInsideShardMapOverTwoAxes) {
+  if (n() % 2 != 0) GTEST_SKIP() << "a 2-axis mesh";
+  const pmap::Mesh mesh({{"a", n() / 2}, {"b", 2}}, &rt());
+  F2 x = make<F2>(10, n() / 2 * 3, 4);
+  auto f = pmap::shard_map(
+      [](pmap::Context& ctx, auto block) {
+        const F2 y = pmap::eval(block);
+        auto s = ctx.psum_start(y, {"a", "b"});
+        auto g = ctx.all_gather_start(y, "b", 0, pmap::tiled);
+        auto p = ctx.ppermute_start(y, "b", {{0, 1}, {1, 0}});
+        int bad = !same(g.wait(), ctx.all_gather(y, "b", 0, pmap::tiled));
+        bad += !same(p.wait(), ctx.ppermute(y, "b", {{0, 1}, {1, 0}}));
+        bad += !same(s.wait(), ctx.psum(y, {"a", "b"}));
+        return I1(I1(1).setConstant(bad));
+      },
+      mesh, {P("a", "b")}, {P(std::vector<std::string>{"a", "b"})});
+  I1 bad = f(x);
+  for (Index k = 0; k < bad.size(); ++k) EXPECT_EQ(bad(k), 0) << k;
+}
+
+}  // namespace
