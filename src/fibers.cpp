@@ -211,11 +211,13 @@ void run_cancelled(const Work& work, int i, std::exception_ptr why) {
 
 /// What the threads of one run() share: the work, who started what, the first failure.
 /// The indices are cut into one block per thread, as a static parallel_for would; a thread
-/// starts the devices of its own block, and those of a block whose thread has not come
-/// only when it has nothing else to do for a while (kStealAfter): a device stays on the
-/// thread that started it, so one taken early from a thread that was just waking up would
-/// leave that thread with less to do for the whole call. Stealing is what makes progress
-/// certain all the same: oneTBB does not promise that a task runs while another waits.
+/// starts the devices of its own block; once all it started have returned, the unstarted
+/// ones of any block (it has nothing else to do for the rest of the call); while some of
+/// its own wait, those of a block whose thread has not come only after idling a while
+/// (kStealAfter): a device stays on the thread that started it, so one taken early from a
+/// thread that was just waking up would leave that thread with less to do for the whole
+/// call. Stealing is what makes progress certain all the same: oneTBB does not promise
+/// that a task runs while another waits.
 struct Shared {
   Shared(const Work& w, int threads)
       : work(w),
@@ -236,6 +238,16 @@ struct Shared {
       if (b == mine || arrived[b].load(std::memory_order_acquire)) continue;
       for (int i = block_begin(b); i < block_begin(b + 1); ++i)
         if (take ? claim(i) : !started[i].load(std::memory_order_relaxed)) return i;
+    }
+    return -1;
+  }
+  /// An index nobody started in another block, whether its thread came or not, claimed: the
+  /// last of its block (its thread claims from the first up).
+  int claim_any_elsewhere(int mine) {
+    for (int b = 0; b < blocks; ++b) {
+      if (b == mine) continue;
+      for (int i = block_begin(b + 1) - 1; i >= block_begin(b); --i)
+        if (claim(i)) return i;
     }
     return -1;
   }
@@ -349,11 +361,15 @@ class Scheduler {
     return head_ == nullptr;
   }
 
-  /// The next device nobody started: of this loop's block, else, after idling for
-  /// kStealAfter, of a block whose thread has not come; -1 if none.
-  int claim_next() {
+  /// The next device nobody started: of this loop's block; else, when every device this
+  /// loop started has returned (`running`: but the one on the calling fiber, which just
+  /// did), of any other block, as a thread of a parallel_for takes a peer's iterations once
+  /// its own are done; else, after idling for kStealAfter, of a block whose thread has not
+  /// come. -1 if none.
+  int claim_next(bool running) {
     for (; next_ < end_; ++next_)
       if (shared_.claim(next_)) return next_++;
+    if (host_ == nullptr && live_ == (running ? 1 : 0)) return shared_.claim_any_elsewhere(block_);
     if (idle_since_ != Clock::time_point{} && Clock::now() - idle_since_ > kStealAfter)
       return shared_.unclaimed_elsewhere(block_, true);
     return -1;
@@ -361,7 +377,7 @@ class Scheduler {
 
   /// A fiber for the next device nobody started.
   Fiber* start_next() {
-    const int i = claim_next();
+    const int i = claim_next(false);
     if (i < 0) return nullptr;
     idle_since_ = {};
     void* mapping = nullptr;
@@ -430,7 +446,7 @@ class Scheduler {
         shared_.fail(std::current_exception());
       }
       if (!nothing_ready()) break;
-      const int i = claim_next();
+      const int i = claim_next(true);
       if (i < 0) break;
       f->index = i;
     }

@@ -71,16 +71,15 @@ void Access::abandon(Context& c, Started* op, bool unwinding) noexcept {
   c.started_.erase(std::remove(c.started_.begin(), c.started_.end(), op), c.started_.end());
 }
 
-void Access::finish_started(Context& c) {
+void Access::finish_queue(Context& c) {
   complete_through(c, nullptr);
   if (c.started_error_) std::rethrow_exception(c.started_error_);
 }
 
-}  // namespace detail
-
-Context::~Context() {
-  // Pendings kept beyond the kernel (stored outside it): their device is gone.
-  for (detail::Started* op : started_) op->context = nullptr;
+void Access::detach_started(Context& c) {
+  for (Started* op : c.started_) op->context = nullptr;
 }
+
+}  // namespace detail
 
 }  // namespace pmap

@@ -53,8 +53,8 @@ ThreadBinder::~ThreadBinder() {
 void ThreadBinder::on_scheduler_exit(bool) { inside_.fetch_sub(1, std::memory_order_release); }
 
 void ThreadBinder::on_scheduler_entry(bool is_worker) {
+  sanitizers::acquire(this);  // before any member is touched: handed over by oneTBB
   inside_.fetch_add(1, std::memory_order_relaxed);
-  sanitizers::acquire(this);
   const int slot = tbb::this_task_arena::current_thread_index();
   if (!is_worker || slot <= 0) return;
   const int cpu = cpus_[static_cast<std::size_t>(slot) % cpus_.size()];

@@ -159,6 +159,32 @@ TEST_P(Arguments, ColMajorLastAxisSlicesAreZeroCopy) {
   for (int i = 0; i < n(); ++i) EXPECT_EQ(ptrs[static_cast<std::size_t>(i)], x.data() + 6 * i);
 }
 
+TEST_P(Arguments, SlicesWithOnlyUnitDimensionsOutsideAreZeroCopy) {
+  // Axis 1 of a RowMajor [1, n, 4] and of a ColMajor [4, n, 1]: one run of memory each, as
+  // the leading-axis slices are; empty slices ([n, 0]) are views of the empty tensor.
+  auto xr = make<Tensor<float, 3, RowMajor>>(3, 1, n(), 4);
+  auto xc = make<Tensor<float, 3, ColMajor>>(4, 4, n(), 1);
+  Tensor<float, 2, RowMajor> empty(n(), 0);
+  auto pr = slots<const float*>(n(), nullptr), pc = pr;
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, View<float, 2, RowMajor> a, View<float, 2, ColMajor> b,
+          View<float, 1, RowMajor> e) {
+        const auto me = static_cast<std::size_t>(ctx.axis_index());
+        pr[me] = a.data();
+        pc[me] = b.data();
+        EXPECT_EQ(e.size(), 0);
+        return std::make_tuple(a * 1.f, b * 1.f);
+      },
+      pmap::in_axes(1, 1, 0), opts());
+  auto [ra, rb] = f(xr, xc, empty);
+  EXPECT_TRUE(tensors_equal(ra, serial_map(xr, 1, [](const Tensor<float, 2, RowMajor>& s) { return s; })));
+  EXPECT_TRUE(tensors_equal(rb, serial_map(xc, 1, [](const Tensor<float, 2>& s) { return s; })));
+  for (int i = 0; i < n(); ++i) {
+    EXPECT_EQ(pr[static_cast<std::size_t>(i)], xr.data() + 4 * i);
+    EXPECT_EQ(pc[static_cast<std::size_t>(i)], xc.data() + 4 * i);
+  }
+}
+
 TEST_P(Arguments, NonContiguousSlicesAreGatheredCorrectly) {
   // Axis 1 of a RowMajor and axis 0 of a ColMajor tensor are strided: staged copies.
   auto xr = make<Tensor<float, 3, RowMajor>>(1, 3, n(), 2);

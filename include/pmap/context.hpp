@@ -343,8 +343,21 @@ struct Access {
   static void abandon(Context& c, Started* op, bool unwinding) noexcept;
   /// After the kernel returned: runs what is left and rethrows what an unwaited collective
   /// met.
-  static void finish_started(Context& c);
+  static void finish_started(Context& c) {
+    if (!c.started_.empty() || c.started_error_) finish_queue(c);
+  }
+  static void finish_queue(Context& c);
+  /// The Pendings kept beyond the kernel (stored outside it) of a device that is gone.
+  static void detach_started(Context& c);
 };
+
+}  // namespace detail
+
+inline Context::~Context() {
+  if (!started_.empty()) detail::Access::detach_started(*this);
+}
+
+namespace detail {
 
 /// The team axis ids named by `axes` (innermost for {}); NameError for unbound names.
 void resolve_axes(const Team& team, const AxisNames& axes, std::vector<int>& out);

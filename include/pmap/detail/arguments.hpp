@@ -197,13 +197,17 @@ template <class Leaf, class S>
 auto leaf_view(const Leaf& leaf, S spec, int i, Staging& staging) {
   using Tr = tensor_leaf<std::remove_cvref_t<Leaf>>;
   constexpr int R = Tr::rank;
+  if constexpr (std::is_same_v<S, int> && R > 0) {
+    const int d = spec < 0 ? spec + R : spec;
+    PMAP_ASSERT(d >= 0 && d < R);  // E3 before dispatch
+    if (auto view = contiguous_slice(leaf, d, i)) return *view;
+  }
   const Shape shape = shape_of_dims(leaf.dimensions(), R);
   if constexpr (std::is_same_v<S, int>) {
     if constexpr (R == 0) {
       return block_view<true>(leaf, Block{shape, {}, shape}, 0, staging);  // E3 before dispatch
     } else {
       const int d = spec < 0 ? spec + R : spec;
-      PMAP_ASSERT(d >= 0 && d < R);  // E3 before dispatch
       return block_view<true>(leaf, slice_of(shape, d, i), d, staging);
     }
   } else if constexpr (std::is_same_v<S, ShardCut>) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,33 @@ auto block_view(const Leaf& leaf, const Block& block, int squeeze, Staging& stag
   T* buf = staging.allocate<T>(block.extent.size());
   copy_from_block(buf, leaf.data(), block, L);
   return Eigen::TensorMap<const Eigen::Tensor<T, V, L>>(buf, dims);
+}
+
+/// pmap's view of position i along dimension d of a tensor leaf when that slice is one run
+/// of memory (every dimension outside d in memory order has extent one): block_view's
+/// zero-copy case without building a Block, which is most of a dispatch's work per device
+/// at small sizes. Nothing when the slice is strided.
+template <class Leaf>
+auto contiguous_slice(const Leaf& leaf, int d, std::int64_t i) {
+  using Tr = tensor_leaf<std::remove_cvref_t<Leaf>>;
+  using T = typename Tr::scalar;
+  constexpr int R = Tr::rank;
+  constexpr int L = Tr::layout;
+  using View = Eigen::TensorMap<const Eigen::Tensor<T, R - 1, L>>;
+  const auto& dims = leaf.dimensions();
+  Eigen::DSizes<Eigen::DenseIndex, R - 1> view_dims;
+  std::int64_t stride = 1;
+  for (int k = 0, v = 0; k < R; ++k) {
+    if (k == d) continue;
+    const std::int64_t extent = dims[k];
+    const bool inner = L == Eigen::RowMajor ? k > d : k < d;
+    if (inner)
+      stride *= extent;
+    else if (extent != 1)
+      return std::optional<View>();
+    view_dims[v++] = extent;
+  }
+  return std::optional<View>(View(leaf.data() + i * stride, view_dims));
 }
 
 }  // namespace pmap::detail
