@@ -33,15 +33,17 @@ struct Step {
   enum Kind { unchecked, returned, checked };
   Kind kind = checked;
   const TrailEntry* entry = nullptr;  ///< of an unchecked one
+  const TrailOp* op = nullptr;        ///< its description
 };
 
 Step step_at(const Slot& s, std::uint64_t position) {
   const auto it =
       std::lower_bound(s.trail.begin(), s.trail.end(), position,
                        [](const TrailEntry& e, std::uint64_t p) { return e.position < p; });
-  if (it != s.trail.end() && it->position == position) return {Step::unchecked, &*it};
-  if (collectives_called(s) <= position) return {Step::returned, nullptr};
-  return {Step::checked, nullptr};
+  if (it != s.trail.end() && it->position == position)
+    return {Step::unchecked, &*it, &s.trail_op(*it)};
+  if (collectives_called(s) <= position) return {Step::returned, nullptr, nullptr};
+  return {Step::checked, nullptr, nullptr};
 }
 
 /// The first collective in which devices a and b differ, as their trails tell (kNowhere if
@@ -81,7 +83,7 @@ std::string what_side_did(const Team& team, const Side& side, std::uint64_t posi
   switch (side.step.kind) {
     case Step::unchecked:
       return fmt::format("{} called {}", who,
-                         describe_op(side.step.entry->desc, side.step.entry->axes));
+                         describe_op(side.step.op->desc, side.step.op->axes));
     case Step::returned:
       return fmt::format("{}{} returned from its kernel without calling it", who,
                          side.ids.size() == 1 ? "" : " each");
@@ -132,7 +134,7 @@ std::vector<Side> sides_at(const Team& team, int first, int n, std::uint64_t pos
   const Side* named = sides.front().step.kind == Step::unchecked ? &sides.front() : nullptr;
   for (const Side& s : sides)
     if (!named && s.step.kind == Step::unchecked) named = &s;
-  const TrailEntry* op = named ? named->step.entry : nullptr;
+  const TrailOp* op = named ? named->step.op : nullptr;
   if (sides.size() == 2 && op &&
       (sides[0].step.kind == Step::returned || sides[1].step.kind == Step::returned)) {
     const Side& returned = sides[0].step.kind == Step::returned ? sides[0] : sides[1];
@@ -149,8 +151,8 @@ std::vector<Side> sides_at(const Team& team, int first, int n, std::uint64_t pos
   bool alike = sides.size() >= 2;
   for (const Side& s : sides)
     alike = alike && s.step.kind == Step::unchecked &&
-            describe_op(s.step.entry->desc, s.step.entry->axes) ==
-                describe_op(sides[0].step.entry->desc, sides[0].step.entry->axes);
+            describe_op(s.step.op->desc, s.step.op->axes) ==
+                describe_op(sides[0].step.op->desc, sides[0].step.op->axes);
   throw DeviceError(team.device_id(odd->first),
                     fmt::format("{}: {}; every device of a group must call the same collectives "
                                 "in the same order with the same shapes{}",

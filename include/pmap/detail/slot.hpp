@@ -49,12 +49,19 @@ struct OpDesc {
 /// A collective that not every member of its group compared when they met (a ppermute,
 /// pshuffle or pbroadcast over the whole team, which waits for its source alone), as E14
 /// names it when the devices of a call turn out to have called different ones
-/// (check_same_collectives).
-struct TrailEntry {
-  std::uint64_t position = 0;  ///< how many collectives the device called before it
+/// (check_same_collectives): its description, kept once per distinct collective of a call.
+struct TrailOp {
   std::uint64_t signature = 0;
   OpDesc desc;
   char axes[32] = {};
+};
+/// One unchecked collective of a call: where it was in the device's sequence, its signature
+/// and its description (an index into Slot::trail_ops). 24 bytes: a stencil's loop adds one
+/// per ppermute, so that the description of each (a Shape) is not copied each time.
+struct TrailEntry {
+  std::uint64_t position = 0;  ///< how many collectives the device called before it
+  std::uint64_t signature = 0;
+  std::uint32_t op = 0;
 };
 
 /// A device keeps its first this many unchecked collectives of a call (TrailEntry); past
@@ -125,10 +132,12 @@ struct alignas(64) Slot {
   /// compare them when the call ends.
   std::uint64_t history = 0;
   std::vector<TrailEntry> trail;
+  std::vector<TrailOp> trail_ops;
   bool trail_full = false;
   void start_history() {
     history = 0;
     trail.clear();
+    trail_ops.clear();
     trail_full = false;
   }
   void note_unchecked(std::uint64_t position, std::uint64_t sig, const OpDesc& d,
@@ -137,13 +146,9 @@ struct alignas(64) Slot {
       trail_full = true;
       return;
     }
-    TrailEntry& e = trail.emplace_back();
-    e.position = position;
-    e.signature = sig;
-    e.desc = d;
-    const std::size_t len = std::min(axis_label.size(), sizeof(e.axes) - 1);
-    std::memcpy(e.axes, axis_label.data(), len);
+    trail.push_back({position, sig, describe_unchecked(sig, d, axis_label)});
   }
+  const TrailOp& trail_op(const TrailEntry& e) const { return trail_ops[e.op]; }
 
   // ---- suspension, guarded by Team::lock_ ---------------------------------------------------
   alignas(64) bool suspended = false;
@@ -158,6 +163,22 @@ struct alignas(64) Slot {
     unsigned char bytes[2][kStagedBytes];
   };
   std::unique_ptr<StagedCopies> staged_;
+
+  /// The index of collective `sig`'s description in trail_ops: one of the last few kept, or
+  /// a new one (a loop calls a few distinct collectives many times).
+  std::uint32_t describe_unchecked(std::uint64_t sig, const OpDesc& d,
+                                   std::string_view axis_label) {
+    constexpr std::size_t kRecent = 8;
+    const std::size_t n = trail_ops.size();
+    for (std::size_t k = n; k > 0 && k + kRecent > n; --k)
+      if (trail_ops[k - 1].signature == sig) return static_cast<std::uint32_t>(k - 1);
+    TrailOp& op = trail_ops.emplace_back();
+    op.signature = sig;
+    op.desc = d;
+    const std::size_t len = std::min(axis_label.size(), sizeof(op.axes) - 1);
+    std::memcpy(op.axes, axis_label.data(), len);
+    return static_cast<std::uint32_t>(n);
+  }
 };
 
 }  // namespace pmap::detail
