@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pmap_packages=(
-  build-essential cmake ninja-build g++
+  build-essential cmake ninja-build g++ pkg-config git
   libtbb-dev libeigen3-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev libomp-dev
   libopenmpi-dev openmpi-bin

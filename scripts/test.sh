@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite on a Debian 12 machine:
 #   1. release build (warnings as errors) and its tests,
-#   2. the installed package, consumed by tests/package through find_package(pmap),
+#   2. pmap used from other projects: find_package and pkg-config on the installed package,
+#      add_subdirectory, FetchContent, the Debian package from CPack (scripts/consumers.sh),
 #   3. an aarch64 cross build of the device-layer tests, run under qemu (scripts/aarch64.sh),
 #   4. an ASan + UBSan build of the tests and its tests,
 #   5. a ThreadSanitizer build of the tests and its tests.
@@ -50,12 +51,8 @@ cmake --build --preset ci-release --parallel "${jobs}"
 step "release: tests"
 ctest --preset ci-release --parallel "${jobs}"
 
-step "package: install and build tests/package against it"
-cmake --install build/release --prefix "${work}/prefix"
-configure -S tests/package -B "${work}/consumer" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="${work}/prefix"
-cmake --build "${work}/consumer" --parallel "${jobs}"
-"${work}/consumer/consumer"
+step "consumers: find_package, pkg-config, add_subdirectory, FetchContent, the .deb"
+bash scripts/consumers.sh build/release "${work}/consumers"
 
 step "aarch64: cross-build the device-layer tests, run them under qemu"
 bash scripts/aarch64.sh
@@ -78,4 +75,4 @@ step "tsan: tests"
 ctest --preset ci-tsan --parallel "${jobs}"
 
 step "done"
-echo "pmap: all tests passed (release, package consumer, aarch64 under qemu, asan+ubsan, tsan) in $((SECONDS - start))s"
+echo "pmap: all tests passed (release, package consumers, aarch64 under qemu, asan+ubsan, tsan) in $((SECONDS - start))s"
