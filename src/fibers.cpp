@@ -1,7 +1,7 @@
 // Device fibers (fibers.hpp) on Boost.Context.
 //
-// A fiber is a stack of its own (mmap'd, a guard page below, kept in a process-wide cache for
-// the next call) switched by boost::context::fiber, which keeps what the ABI says a called
+// A fiber is a stack of its own (mmap'd, a guard page below, kept for the next call:
+// fiber_stacks.cpp) switched by boost::context::fiber, which keeps what the ABI says a called
 // function keeps (on x86-64 also MXCSR's control bits and the x87 control word) and makes no
 // system call. Each thread of a call runs a Scheduler: a loop that continues its ready
 // fibers, else starts a device nobody has started, else parks (spins a while, then sleeps on
@@ -33,18 +33,16 @@
 #include <memory>
 #include <new>
 #include <optional>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
-#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/spin_mutex.h>
 #include <oneapi/tbb/task_group.h>
 
 #include "pmap/detail/cpu_relax.hpp"
 #include "pmap/detail/sanitizers.hpp"
 #include "pmap/detail/thread_state.hpp"
+#include "fiber_stacks.hpp"
 
 namespace pmap::detail::fibers {
 
@@ -92,97 +90,6 @@ ExceptionState* thread_exceptions() {
   return reinterpret_cast<ExceptionState*>(abi::__cxa_get_globals());
 }
 
-std::size_t page_bytes() {
-  static const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
-
-/// Stacks as large as oneTBB's worker stacks.
-std::size_t stack_bytes() {
-  static const std::size_t bytes = [] {
-    const std::size_t page = page_bytes();
-    std::size_t size = tbb::global_control::active_value(tbb::global_control::thread_stack_size);
-    size = std::max<std::size_t>(size, 256 * 1024);
-    return (size + page - 1) / page * page + page;  // and the guard page
-  }();
-  return bytes;
-}
-
-/// Fiber stacks, kept between calls: a mapping is made once and its pages stay touched.
-class StackCache {
- public:
-  ~StackCache() {
-    for (void* m : free_) munmap(m, stack_bytes());
-  }
-  void* take() {
-    {
-      tbb::spin_mutex::scoped_lock guard(lock_);
-      if (!free_.empty()) {
-        void* m = free_.back();
-        free_.pop_back();
-        return m;
-      }
-    }
-    void* m = mmap(nullptr, stack_bytes(), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (m == MAP_FAILED) throw std::bad_alloc();
-    if (mprotect(m, page_bytes(), PROT_NONE) != 0) {
-      munmap(m, stack_bytes());
-      throw std::bad_alloc();
-    }
-    return m;
-  }
-  void give(void* m) {
-    {
-      tbb::spin_mutex::scoped_lock guard(lock_);
-      if (free_.size() < kKept) {
-        free_.push_back(m);
-        return;
-      }
-    }
-    munmap(m, stack_bytes());
-  }
-
- private:
-  static constexpr std::size_t kKept = 256;
-  tbb::spin_mutex lock_;
-  std::vector<void*> free_;
-};
-
-StackCache& shared_stacks() {
-  static StackCache cache;
-  return cache;
-}
-
-/// A few stacks kept by each thread, so that the loops of one call (one per thread) do not
-/// pass the shared cache's lock between them at every call: a call whose devices never wait
-/// takes and gives back one stack per thread.
-class ThreadStacks {
- public:
-  ~ThreadStacks() {  // at thread exit, maybe after the shared cache's static destruction
-    for (int k = 0; k < count_; ++k) munmap(kept_[k], stack_bytes());
-  }
-  void* take() { return count_ > 0 ? kept_[--count_] : shared_stacks().take(); }
-  void give(void* m) {
-    if (count_ < kKept)
-      kept_[count_++] = m;
-    else
-      shared_stacks().give(m);
-  }
-
- private:
-  static constexpr int kKept = 4;
-  void* kept_[kKept] = {};
-  int count_ = 0;
-};
-
-/// The calling thread's stacks (only a Scheduler's loop takes and gives them, never a fiber,
-/// so that the thread is the loop's own).
-ThreadStacks& stacks() {
-  static thread_local ThreadStacks mine;
-  return mine;
-}
-
 /// The stack allocator Boost.Context is given with a preallocated stack: the Scheduler gives
 /// the mapping back to the cache itself, after the fiber's last switch.
 struct KeptStack {
@@ -207,6 +114,20 @@ void run_cancelled(const Work& work, int i, std::exception_ptr why) {
     ~Restore() { restore(saved); }
   } restore_on_exit{saved};
   work.run(work.body, i);
+}
+
+/// Runs every index on the calling stack, cancelled (there is no memory to share them out);
+/// rethrows the first exception.
+void run_each_cancelled(const Work& work, const std::exception_ptr& why) {
+  std::exception_ptr first;
+  for (int i = 0; i < work.n; ++i) {
+    try {
+      run_cancelled(work, i, why);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 /// What the threads of one run() share: the work, who started what, the first failure.
@@ -382,7 +303,7 @@ class Scheduler {
     idle_since_ = {};
     void* mapping = nullptr;
     try {
-      mapping = stacks().take();
+      mapping = take_stack();
     } catch (...) {
       shared_.run_here(i, std::current_exception());
       return nullptr;
@@ -429,7 +350,7 @@ class Scheduler {
       sanitizers::destroy(f->sanitizer);
       void* const mapping = f->mapping;
       f->~Fiber();
-      stacks().give(mapping);
+      give_stack(mapping);
     }
   }
 
@@ -519,16 +440,7 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
   try {
     made.emplace(work, host ? 1 : threads);
   } catch (...) {  // no memory to share the indices: each runs here, cancelled
-    const std::exception_ptr why = std::current_exception();
-    std::exception_ptr first;
-    for (int i = 0; i < work.n; ++i) {
-      try {
-        run_cancelled(work, i, why);
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    }
-    if (first) std::rethrow_exception(first);
+    run_each_cancelled(work, std::current_exception());
     return;
   }
   Shared& shared = *made;

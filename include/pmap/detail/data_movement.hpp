@@ -36,14 +36,8 @@ class AllToAllLeaf;
 template <class X>
 class PermuteLeaf;
 
-/// all_gather's parameters (the same for every leaf of a tree).
 template <bool Tiled>
-struct AllGatherOp {
-  const GroupInfo* g;
-  int axis;
-  template <class X>
-  using Leaf = AllGatherLeaf<Tiled, X>;
-};
+using AllGatherOp = AxesOp<AllGatherLeaf, Tiled>;
 
 /// all_gather: member k's input becomes block k of every member's result, along `axis`:
 /// a new axis of extent n (untiled), or the input's own axis, n times longer (tiled).
@@ -93,14 +87,8 @@ auto all_gather(Context& ctx, const X& x, const AxisNames& axes, int axis, const
   return leaf.take();
 }
 
-/// all_to_all's parameters.
 template <bool Tiled>
-struct AllToAllOp {
-  const GroupInfo* g;
-  int split_axis, concat_axis;
-  template <class X>
-  using Leaf = AllToAllLeaf<Tiled, X>;
-};
+using AllToAllOp = AxesOp<AllToAllLeaf, Tiled>;
 
 /// all_to_all: member p receives block p (along split_axis) of every member's input and
 /// places member k's block at position k along concat_axis (plan_all_to_all).
@@ -113,7 +101,7 @@ class AllToAllLeaf : public Described {
  public:
   template <class Source>
   AllToAllLeaf(Context& ctx, Source&& x, const AllToAllOp<Tiled>& op)
-      : ctx_(ctx), op_(std::forward<Source>(x)), sa_(canonical_axis(op.split_axis, R)),
+      : ctx_(ctx), op_(std::forward<Source>(x)), sa_(canonical_axis(op.axis, R)),
         ca_(canonical_axis(op.concat_axis, R)) {
     const GroupInfo& g = *op.g;
     const int n = static_cast<int>(g.members.size());

@@ -242,14 +242,8 @@ auto arg_reduce(Context& ctx, const X& x, const AxisNames& axes, const char* nam
 template <bool Tiled, class X>
 class ScatterSumLeaf;
 
-/// psum_scatter's parameters.
 template <bool Tiled>
-struct ScatterSumOp {
-  const GroupInfo* g;
-  int dimension;
-  template <class X>
-  using Leaf = ScatterSumLeaf<Tiled, X>;
-};
+using ScatterSumOp = AxesOp<ScatterSumLeaf, Tiled>;  // axis: the scatter dimension
 
 /// psum_scatter: member p sums block p (of n along the scatter dimension) of every input:
 /// a leaf class, as the data movers of data_movement.hpp (one operand or a tree's leaf).
@@ -265,7 +259,7 @@ class ScatterSumLeaf : public Described {
   ScatterSumLeaf(Context& ctx, Source&& x, const ScatterSumOp<Tiled>& op)
       : ctx_(ctx), op_(std::forward<Source>(x)), position_(op.g->position) {
     const int n = static_cast<int>(op.g->members.size());
-    const int a = canonical_axis(op.dimension, R);
+    const int a = canonical_axis(op.axis, R);
     const std::int64_t extent = op_.shape().dims[static_cast<std::size_t>(a)];
     if (Tiled ? extent % n != 0 : extent != n) raise_scatter_extent(extent, n, Tiled);
     Shape block = op_.shape();

@@ -99,6 +99,19 @@ class Described {
   Collective described_;
 };
 
+/// The parameters of a collective that has a tiled and an untiled form, the same for every
+/// leaf of a tree: its group and its axes (all_gather: `axis`; psum_scatter: `axis`, the
+/// scatter dimension; all_to_all: `axis` split, `concat_axis` concatenated). Leaf<X> is the
+/// collective over one operand of type X.
+template <template <bool, class> class LeafT, bool Tiled>
+struct AxesOp {
+  const GroupInfo* g;
+  int axis;
+  int concat_axis = 0;
+  template <class X>
+  using Leaf = LeafT<Tiled, X>;
+};
+
 /// One device's part in one collective: the members it meets and the barriers so far. Every
 /// path is a sequence of meet() calls and work, run by run().
 class Meeting {

@@ -2,7 +2,7 @@
 /// @brief The engine's side of pmap::trace (trace.hpp): where calls, kernels, collectives,
 /// waits and suspensions are recorded. Every hook sits behind one predictable branch on
 /// recording(); when it is taken, the event goes to the current thread's buffer (no lock)
-/// and src/trace.cpp writes the buffers out when the trace stops.
+/// and src/trace_writer.cpp writes the buffers out when the trace stops.
 #pragma once
 
 #include <atomic>

@@ -1,0 +1,439 @@
+/// @file sinks.hpp
+/// @brief The sinks of a call's outputs (outputs.hpp): a mapped output written by each device
+/// straight into its place in the result, and a block output (replicated or shard_map) kept
+/// per device and assembled once every device returned (SPEC 2.2, 3.2).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "pmap/axes.hpp"
+#include "pmap/detail/blocks.hpp"
+#include "pmap/detail/pool.hpp"
+#include "pmap/detail/errors.hpp"
+#include "pmap/detail/memory.hpp"
+#include "pmap/detail/tensor_traits.hpp"
+#include "pmap/runtime.hpp"
+
+namespace pmap::detail {
+
+template <class O>
+Shape output_shape(const O& value) {
+  using U = std::remove_cvref_t<O>;
+  if constexpr (is_arithmetic_scalar_v<U>) {
+    return Shape{};
+  } else if constexpr (requires { value.dimensions(); }) {
+    return shape_of_dims(value.dimensions(), output_leaf<U>::rank);
+  } else {
+    Eigen::DefaultDevice device;
+    Eigen::TensorEvaluator<const U, Eigen::DefaultDevice> evaluator(value, device);
+    return shape_of_dims(evaluator.dimensions(), output_leaf<U>::rank);
+  }
+}
+
+/// A one-time initialisation shared by the devices of a call (an output's allocation): the
+/// first device to claim it does the work, the others wait (briefly: the owner is running,
+/// it does not wait for anyone meanwhile). The owner holds an Owner; unless it publishes,
+/// its destructor marks the work failed (an allocation that threw), and every waiter then
+/// throws Cancelled, leaving the owner's own exception to be the call's error. Without that,
+/// they would wait forever for work that will never be published.
+class Once {
+  enum State : int { idle, running, done, failed };
+
+ public:
+  class Owner {
+   public:
+    explicit Owner(Once* once) : once_(once) {}
+    Owner(const Owner&) = delete;
+    Owner& operator=(const Owner&) = delete;
+    ~Owner() {
+      if (once_) once_->state_.store(failed, std::memory_order_release);
+    }
+    /// True for the one caller that must do the work and then publish().
+    explicit operator bool() const { return once_ != nullptr; }
+    void publish() {
+      once_->state_.store(done, std::memory_order_release);
+      once_ = nullptr;
+    }
+
+   private:
+    Once* once_;
+  };
+
+  Once() = default;
+  Once(const Once& other) : state_(other.state_.load(std::memory_order_relaxed)) {}
+
+  /// An engaged Owner for the first caller; for the others, returns once the work is
+  /// published, or throws Cancelled if it failed.
+  Owner claim() {
+    int seen = state_.load(std::memory_order_acquire);
+    if (seen == idle && state_.compare_exchange_strong(seen, running, std::memory_order_acq_rel))
+      return Owner(this);
+    while ((seen = state_.load(std::memory_order_acquire)) == running) std::this_thread::yield();
+    if (seen == failed) throw Cancelled{};
+    return Owner(nullptr);
+  }
+
+ private:
+  std::atomic<int> state_{idle};
+};
+
+/// "float32", or "float32 (ColMajor)" for a column-major tensor: into() names the layout
+/// too, since a result of the wrong layout has the right shape and scalar type.
+template <class T>
+std::string layout_tagged_dtype(int layout) {
+  return std::string(dtype_name<T>()) + (layout == Eigen::ColMajor ? " (ColMajor)" : "");
+}
+
+/// Facts shared by the sinks of one call.
+struct CallInfo {
+  int n = 0;
+  const Device* devices = nullptr;  ///< device i of this call is devices[i]
+  MeshShape mesh;                   ///< the call's devices as a grid (pmap: one axis of n)
+  const std::string* name = nullptr;  ///< the {name} of messages
+  bool shard = false;               ///< shard_map's messages (pmap's otherwise)
+  int id(int i) const { return devices[i].id; }
+};
+
+template <class O, class S>
+class Sink;
+
+/// A mapped output: the device axis is inserted at `axis`; each device writes its place.
+template <class O>
+class Sink<O, int> {
+  using Tr = output_leaf<std::remove_cvref_t<O>>;
+  using T = typename Tr::scalar;
+  static constexpr int R = Tr::rank;
+  static constexpr int L = Tr::layout;
+
+ public:
+  using Result = Eigen::Tensor<T, R + 1, L>;
+
+  Sink(const CallInfo& call, int axis, int index) : call_(call), index_(index) {
+    if (axis < -(R + 1) || axis > R) raise_out_axis(axis, index, R);
+    axis_ = axis < 0 ? axis + R + 1 : axis;
+  }
+
+  /// Writes into a caller-owned result instead of allocating one. Its shape is checked
+  /// against what the call returns: here when that is known in advance (scalar outputs),
+  /// else by the first device to finish, before anything is written.
+  template <class Target>
+  void bind(Target& target) {
+    using TT = tensor_leaf<std::remove_cvref_t<Target>>;
+    target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
+    target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
+    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R + 1 && TT::layout == L) {
+      data_ = target.data();  // nullptr for an empty target, which is still a valid one
+      target_typed_ = true;
+    }
+    bound_ = true;
+    if constexpr (R == 0) check_target(Shape{});
+  }
+
+  template <class V>
+  void write(int i, const V& value) {
+    if constexpr (is_core_dense_v<V>) {
+      const typename V::PlainObject& plain = value;  // the object itself, or evaluated
+      write(i, core_as_tensor<V>(plain));
+    } else {
+      write_tensor(i, value);
+    }
+  }
+
+ private:
+  template <class V>
+  void write_tensor(int i, const V& value) {
+    const Shape s = output_shape(value);
+    if (Once::Owner owner = once_.claim()) {
+      shape_ = s;
+      owner_ = i;
+      full_ = insert_axis(s, axis_, call_.n);
+      if (bound_) {
+        try {
+          check_target(s);
+        } catch (...) {
+          target_rejected_ = true;
+          owner.publish();  // published as rejected: every device raises the same error
+          throw;
+        }
+      } else {
+        result_ = Result(dsizes<T, R + 1, L>(full_));
+        data_ = result_.data();
+        prepare_result(data_, static_cast<std::size_t>(full_.size()) * sizeof(T));
+      }
+      owner.publish();
+    }
+    if (target_rejected_) check_target(s);  // every device fails like the first one
+    if (!(s == shape_)) raise_output_shapes_differ(index_, call_.id(owner_), shape_, call_.id(i), s);
+    if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
+      data_[i] = value;
+    } else {
+      const bool contiguous = (L == Eigen::RowMajor) ? axis_ == 0 : axis_ == R;
+      if (contiguous)
+        Eigen::TensorMap<Eigen::Tensor<T, R, L>>(data_ + shape_.size() * i, dsizes<T, R, L>(shape_)) =
+            value;
+      else  // a slice of extent 1 along the device axis, not chip(): GCC 12 -Warray-bounds
+        Eigen::TensorMap<Eigen::Tensor<T, R + 1, L>>(data_, dsizes<T, R + 1, L>(full_))
+            .slice(position(i), extent_one()) = value.reshape(extent_one());
+    }
+  }
+
+ public:
+  /// Written by the devices already: nothing left for the pass after the call.
+  void plan() {
+    if (call_.n == 0 && !bound_) result_ = Result(dsizes<T, R + 1, L>(insert_axis(Shape{R}, axis_, 0)));
+  }
+  bool pass(bool) const { return false; }
+  std::size_t bytes() const { return 0; }
+  void compare(int) {}
+  void place(int) {}
+  void raise_mismatch() const {}
+  Result take() { return std::move(result_); }
+
+ private:
+  Eigen::DSizes<Eigen::DenseIndex, R + 1> position(int i) const {
+    Eigen::DSizes<Eigen::DenseIndex, R + 1> at;
+    for (int a = 0; a < R + 1; ++a) at[a] = a == axis_ ? i : 0;
+    return at;
+  }
+  Eigen::DSizes<Eigen::DenseIndex, R + 1> extent_one() const {
+    return dsizes<T, R + 1, L>(insert_axis(shape_, axis_, 1));
+  }
+
+  /// The caller-owned result must have the shape, scalar type and layout the call returns
+  /// for a device output of shape s.
+  void check_target(const Shape& s) const {
+    const Shape expected = insert_axis(s, axis_, call_.n);
+    if (!target_typed_ || !(expected == target_shape_))
+      raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), expected, target_dtype_.c_str(),
+                          target_shape_);
+  }
+
+  const CallInfo& call_;
+  int index_;
+  int axis_ = 0;
+  Once once_;
+  Result result_;
+  T* data_ = nullptr;
+  Shape full_, shape_;
+  int owner_ = 0;
+  bool bound_ = false;
+  bool target_typed_ = false;  ///< the bound target has this output's scalar, rank and layout
+  bool target_rejected_ = false;
+  Shape target_shape_;
+  std::string target_dtype_;
+};
+
+/// An output assembled once every device returned: each device's value is kept; plan()
+/// finds the result's shape from every block, then the devices, in parallel, compare their
+/// value with their replica along each mesh axis the partition does not name (compare())
+/// and the first of each set of replicas copies its block into the result (place()).
+/// shard_map's outputs, and pmap's replicated ones (out_axes none: nothing split over a
+/// one-axis mesh).
+template <class O>
+class BlockSink {
+  using Tr = output_leaf<std::remove_cvref_t<O>>;
+  using T = typename Tr::scalar;
+  static constexpr int R = Tr::rank;
+  static constexpr int L = Tr::layout;
+
+ public:
+  using Result = Eigen::Tensor<T, R, L>;
+
+  BlockSink(const CallInfo& call, const Partition& partition, int index)
+      : call_(&call), partition_(partition), index_(index),
+        values_(static_cast<std::size_t>(call.n)), mismatch_(static_cast<std::size_t>(call.n)) {}
+  /// Not noexcept: a rank-0 Eigen::Tensor allocates its element even when default
+  /// constructed, and an allocation that fails here must reach the caller as bad_alloc.
+  BlockSink(BlockSink&& other)
+      : call_(other.call_), partition_(other.partition_), index_(other.index_),
+        values_(std::move(other.values_)), mismatch_(std::move(other.mismatch_)) {}
+
+  /// The caller-owned result is checked in plan() and written by place().
+  template <class Target>
+  void bind(Target& target) {
+    using TT = tensor_leaf<std::remove_cvref_t<Target>>;
+    target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
+    target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
+    bound_ = true;
+    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R && TT::layout == L) {
+      target_ = target.data();  // nullptr for an empty target, which is still a valid one
+      target_typed_ = true;
+    }
+  }
+
+  template <class V>
+  void write(int i, const V& value) {
+    Result& slot = values_[static_cast<std::size_t>(i)];
+    if constexpr (is_core_dense_v<V>) {
+      const typename V::PlainObject& plain = value;  // the object itself, or evaluated
+      slot = core_as_tensor<V>(plain);
+    } else if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
+      slot = Result();
+      slot() = value;
+    } else {
+      slot = value;
+    }
+  }
+
+  /// On the caller, after every device returned: the blocks agree outside the split
+  /// dimensions (E12), the result's shape is their concatenation, the target matches it.
+  void plan() {
+    const MeshShape& mesh = call_->mesh;
+    const int n = call_->n;
+    Shape full = shape(0);
+    for (int d = 0; d < R; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      const bool split = d < partition_.rank && partition_.count[u] > 0;
+      const int k = split ? partition_.blocks(d, mesh) : 1;
+      // The first device holding each block along d fixes that block's extent.
+      std::vector<int> first(static_cast<std::size_t>(k), -1);
+      for (int i = 0; i < n; ++i) {
+        const int b = split ? partition_.block_index(d, mesh, i) : 0;
+        int& f = first[static_cast<std::size_t>(b)];
+        if (f < 0) f = i;
+        else if (shape(i).dims[u] != shape(f).dims[u]) raise_shapes(f, i);
+      }
+      full.dims[u] = 0;
+      for (int b = 0; b < k; ++b) full.dims[u] += shape(first[static_cast<std::size_t>(b)]).dims[u];
+      starts_[u].assign(static_cast<std::size_t>(k), 0);
+      for (int b = 1; b < k; ++b)
+        starts_[u][static_cast<std::size_t>(b)] =
+            starts_[u][static_cast<std::size_t>(b - 1)] + shape(first[static_cast<std::size_t>(b - 1)]).dims[u];
+    }
+    full_ = full;
+    if (bound_) {
+      if (!target_typed_ || !(target_shape_ == full))
+        raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), full, target_dtype_.c_str(),
+                            target_shape_);
+      data_ = target_;
+    } else if (placed_by_copy()) {
+      result_ = Result(dsizes<T, R, L>(full));
+      data_ = result_.data();
+      prepare_result(data_, static_cast<std::size_t>(full.size()) * sizeof(T));
+    }
+  }
+
+  /// Device i: its value against its replica one step down each axis the partition does not
+  /// name (bitwise); the first mismatch is kept for raise_mismatch().
+  void compare(int i) {
+    const MeshShape& mesh = call_->mesh;
+    for (int a = 0; a < mesh.num_axes; ++a) {
+      const int c = mesh.coord(i, a);
+      if (c == 0 || partition_.names(a)) continue;
+      const int j = i - c * mesh.stride(a);
+      const Result& mine = values_[static_cast<std::size_t>(i)];
+      const Result& theirs = values_[static_cast<std::size_t>(j)];
+      if (mine.size() > 0 &&  // no memcmp on an empty tensor's nullptr
+          std::memcmp(mine.data(), theirs.data(), static_cast<std::size_t>(mine.size()) * sizeof(T)) != 0) {
+        mismatch_[static_cast<std::size_t>(i)] = {j, a};
+        return;
+      }
+    }
+  }
+
+  /// Device i, if it is the first of its replicas: its block into the result.
+  void place(int i) {
+    const MeshShape& mesh = call_->mesh;
+    for (int a = 0; a < mesh.num_axes; ++a)
+      if (mesh.coord(i, a) != 0 && !partition_.names(a)) return;
+    const Result& v = values_[static_cast<std::size_t>(i)];
+    if (!placed_by_copy() || v.size() == 0) return;  // take() moves device 0's value
+    Block block{full_, {}, shape(i)};
+    for (int d = 0; d < R; ++d) {
+      const auto u = static_cast<std::size_t>(d);
+      if (d < partition_.rank && partition_.count[u] > 0)
+        block.start[u] = starts_[u][static_cast<std::size_t>(partition_.block_index(d, mesh, i))];
+    }
+    const auto size = static_cast<std::size_t>(v.size()) * sizeof(T);
+    copy_into_block(data_, v.data(), block, L, streams(size));
+  }
+
+  /// After compare() on every device: the check_replicated error of the first device (in
+  /// mesh order) that differs from its replica.
+  void raise_mismatch() const {
+    for (int i = 0; i < call_->n; ++i) {
+      const Mismatch& m = mismatch_[static_cast<std::size_t>(i)];
+      if (m.peer < 0) continue;
+      if (!call_->shard) raise_not_replicated(index_, i);
+      raise_not_replicated_along(*call_->name, index_, *call_->mesh.names[static_cast<std::size_t>(m.axis)],
+                                 i, m.peer);
+    }
+  }
+
+  /// Whether the pass after the call has work: copies, or (check) replicas to compare.
+  bool pass(bool check) const {
+    if (placed_by_copy()) return true;
+    if (!check) return false;
+    for (int a = 0; a < call_->mesh.num_axes; ++a)
+      if (!partition_.names(a) && call_->mesh.sizes[static_cast<std::size_t>(a)] > 1) return true;
+    return false;
+  }
+
+  /// Bytes the pass reads: every device's value.
+  std::size_t bytes() const {
+    std::size_t b = 0;
+    for (const Result& v : values_) b += static_cast<std::size_t>(v.size()) * sizeof(T);
+    return b;
+  }
+
+  Result take() {
+    if (placed_by_copy()) return std::move(result_);
+    return std::move(values_[0]);
+  }
+
+ private:
+  struct Mismatch {
+    int peer = -1, axis = 0;
+  };
+  Shape shape(int i) const { return output_shape(values_[static_cast<std::size_t>(i)]); }
+  /// A result that is device 0's value whole (nothing split, nothing bound) is moved, not copied.
+  bool placed_by_copy() const { return bound_ || partition_.rank > 0; }
+
+  [[noreturn]] void raise_shapes(int first, int i) const {
+    if (!call_->shard) raise_output_shapes_differ(index_, call_->id(first), shape(first), call_->id(i), shape(i));
+    raise_block_shapes_differ(*call_->name, index_, call_->id(i), first, shape(first), i, shape(i));
+  }
+
+  const CallInfo* call_;
+  Partition partition_;
+  int index_;
+  std::vector<Result> values_;
+  std::vector<Mismatch> mismatch_;
+  std::array<std::vector<std::int64_t>, kMaxRank> starts_;  ///< block starts along each dim
+  Shape full_;
+  Result result_;
+  T* data_ = nullptr;
+  T* target_ = nullptr;
+  bool bound_ = false;
+  bool target_typed_ = false;
+  Shape target_shape_;
+  std::string target_dtype_;
+};
+
+/// A replicated pmap output (out_axes none): device 0's value, checked against the others.
+template <class O>
+class Sink<O, none_t> : public BlockSink<O> {
+ public:
+  Sink(const CallInfo& call, none_t, int index) : BlockSink<O>(call, Partition{}, index) {}
+};
+
+/// A shard_map output: blocks concatenated along the split dimensions, replicated along the
+/// mesh axes the partition does not name.
+template <class O>
+class Sink<O, Partition> : public BlockSink<O> {
+ public:
+  Sink(const CallInfo& call, const Partition& partition, int index)
+      : BlockSink<O>(call, partition, index) {}
+};
+
+}  // namespace pmap::detail
