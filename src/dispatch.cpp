@@ -12,6 +12,14 @@
 
 namespace pmap::detail {
 
+TeamCache::~TeamCache() { delete team_.exchange(nullptr); }
+
+void TeamCache::give(Team* team) { delete team_.exchange(team, std::memory_order_acq_rel); }
+
+TeamLease::~TeamLease() {
+  if (cache_) cache_->give(team_);
+}
+
 TeamLease::TeamLease(TeamCache& cache, const Runtime& runtime, const std::string& axis_name,
                      int n, int processes, const CallInfo& call)
     : cache_(&cache), team_(cache.take()), base_(runtime.process_index() * n) {

@@ -9,6 +9,10 @@
 
 namespace pmap::detail {
 
+std::string LeafPath::str() const {
+  return (parent ? parent->str() : std::string("args")) + "[" + std::to_string(index) + "]";
+}
+
 std::string format_shape(const Shape& s) {
   if (s.rank == 1) return fmt::format("({},)", s.dims[0]);
   return fmt::format("({})", fmt::join(s.dims.begin(), s.dims.begin() + s.rank, ", "));

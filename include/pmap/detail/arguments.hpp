@@ -55,14 +55,7 @@ inline constexpr bool in_axes_count_ok<InAxes<A...>, N> =
 template <class Arg, class S>
 using arg_view_t = typename tree_view<std::remove_cvref_t<Arg>, std::is_same_v<S, int>>::type;
 
-// ---- argument paths for messages ("args[1][0]") ------------------------------------------
-struct LeafPath {
-  const LeafPath* parent = nullptr;
-  std::size_t index = 0;
-  std::string str() const {
-    return (parent ? parent->str() : std::string("args")) + "[" + std::to_string(index) + "]";
-  }
-};
+// ---- argument paths for messages ("args[1][0]": LeafPath, errors.hpp) ----------------------
 
 template <class Fn, class T>
 void for_each_leaf(const T& arg, const LeafPath& path, Fn& fn) {

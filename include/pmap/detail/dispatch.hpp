@@ -30,9 +30,9 @@ class TeamCache {
   TeamCache() = default;
   TeamCache(const TeamCache&) {}
   TeamCache& operator=(const TeamCache&) { return *this; }
-  ~TeamCache() { delete team_.exchange(nullptr); }
+  ~TeamCache();  // out of line (src/dispatch.cpp), as give(): a Team's destructor is long
   Team* take() { return team_.exchange(nullptr, std::memory_order_acquire); }
-  void give(Team* team) { delete team_.exchange(team, std::memory_order_acq_rel); }
+  void give(Team* team);
 
  private:
   std::atomic<Team*> team_{nullptr};
@@ -63,9 +63,7 @@ class TeamLease {
             const CallInfo& call);
   /// A nested call's team: the child of the nesting rendezvous (join_nested).
   TeamLease(Context& outer, int n, const std::string& axis_name, const Runtime& runtime);
-  ~TeamLease() {
-    if (cache_) cache_->give(team_);
-  }
+  ~TeamLease();
   TeamLease(const TeamLease&) = delete;
   TeamLease& operator=(const TeamLease&) = delete;
 

@@ -11,6 +11,13 @@
 
 namespace pmap::detail {
 
+/// Where a leaf of a call's arguments is, for messages: "args[1][0]" is leaf 0 of argument 1.
+struct LeafPath {
+  const LeafPath* parent = nullptr;
+  std::size_t index = 0;
+  std::string str() const;
+};
+
 /// Thrown inside a device whose call was cancelled by another device's failure: the
 /// device leaves, and the call reports the failure that cancelled it, never this.
 /// Deliberately not a std::exception, so that kernels catching std::exception let it pass.

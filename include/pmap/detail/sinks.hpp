@@ -104,6 +104,16 @@ struct CallInfo {
   int id(int i) const { return devices[i].id; }
 };
 
+/// An Eigen::Tensor or TensorMap of scalar T and layout L: its elements lie in memory, in
+/// the result's order.
+template <class V, class T, int L>
+inline constexpr bool in_memory_v = false;
+template <class T, int R, int O, class I, class T2, int L>
+inline constexpr bool in_memory_v<Eigen::Tensor<T, R, O, I>, T2, L> =
+    std::is_same_v<T, T2> && (O & Eigen::RowMajor) == (L & Eigen::RowMajor);
+template <class P, int O, template <class> class M, class T2, int L>
+inline constexpr bool in_memory_v<Eigen::TensorMap<P, O, M>, T2, L> = in_memory_v<std::remove_const_t<P>, T2, L>;
+
 template <class O, class S>
 class Sink;
 
@@ -176,6 +186,22 @@ class Sink<O, int> {
     if (!(s == shape_)) raise_output_shapes_differ(index_, call_.id(owner_), shape_, call_.id(i), s);
     if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
       data_[i] = value;
+    } else if constexpr (in_memory_v<std::remove_cvref_t<V>, T, L>) {
+      // Block i of the result, copied run by run: no Eigen assignment to a strided slice to
+      // instantiate per output type. Element by element or memmove, not memcpy: a kernel may
+      // return a view of the target.
+      if (shape_.size() == 0) return;
+      const Split3 split = split_around(insert_axis(shape_, axis_, 1), axis_, L);
+      const std::int64_t run = split.inner, step = run * call_.n;
+      const T* from = value.data();
+      T* to = data_ + i * run;
+      if (run < 16) {
+        for (std::int64_t o = 0; o < split.outer; ++o)
+          for (std::int64_t k = 0; k < run; ++k) to[o * step + k] = from[o * run + k];
+      } else {
+        for (std::int64_t o = 0; o < split.outer; ++o)
+          std::memmove(to + o * step, from + o * run, static_cast<std::size_t>(run) * sizeof(T));
+      }
     } else {
       const bool contiguous = (L == Eigen::RowMajor) ? axis_ == 0 : axis_ == R;
       if (contiguous)
