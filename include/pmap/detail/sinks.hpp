@@ -187,21 +187,7 @@ class Sink<O, int> {
     if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
       data_[i] = value;
     } else if constexpr (in_memory_v<std::remove_cvref_t<V>, T, L>) {
-      // Block i of the result, copied run by run: no Eigen assignment to a strided slice to
-      // instantiate per output type. Element by element or memmove, not memcpy: a kernel may
-      // return a view of the target.
-      if (shape_.size() == 0) return;
-      const Split3 split = split_around(insert_axis(shape_, axis_, 1), axis_, L);
-      const std::int64_t run = split.inner, step = run * call_.n;
-      const T* from = value.data();
-      T* to = data_ + i * run;
-      if (run < 16) {
-        for (std::int64_t o = 0; o < split.outer; ++o)
-          for (std::int64_t k = 0; k < run; ++k) to[o * step + k] = from[o * run + k];
-      } else {
-        for (std::int64_t o = 0; o < split.outer; ++o)
-          std::memmove(to + o * step, from + o * run, static_cast<std::size_t>(run) * sizeof(T));
-      }
+      copy_block(i, value.data());
     } else {
       const bool contiguous = (L == Eigen::RowMajor) ? axis_ == 0 : axis_ == R;
       if (contiguous)
@@ -226,6 +212,23 @@ class Sink<O, int> {
   Result take() { return std::move(result_); }
 
  private:
+  /// Block i of the result, copied from an array of shape_ in layout L run by run: no Eigen
+  /// assignment to a strided slice to instantiate per output type. place_block (layout.hpp)
+  /// with memmove or element by element instead of memcpy: a kernel may return a view of
+  /// the target.
+  void copy_block(int i, const T* from) {
+    if (shape_.size() == 0) return;
+    const Split3 split = split_around(insert_axis(shape_, axis_, 1), axis_, L);
+    const std::int64_t run = split.inner, step = run * call_.n;
+    T* to = data_ + i * run;
+    for (std::int64_t o = 0; o < split.outer; ++o) {
+      if (run < 16)
+        for (std::int64_t k = 0; k < run; ++k) to[o * step + k] = from[o * run + k];
+      else
+        std::memmove(to + o * step, from + o * run, static_cast<std::size_t>(run) * sizeof(T));
+    }
+  }
+
   Eigen::DSizes<Eigen::DenseIndex, R + 1> position(int i) const {
     Eigen::DSizes<Eigen::DenseIndex, R + 1> at;
     for (int a = 0; a < R + 1; ++a) at[a] = a == axis_ ? i : 0;
