@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -8,6 +10,7 @@
 #include "pmap/detail/hash.hpp"
 #include "pmap/detail/reductions.hpp"
 #include "pmap/detail/rendezvous.hpp"
+#include "pmap/ragged.hpp"
 
 namespace pmap::detail {
 
@@ -105,6 +108,22 @@ void check_shuffle(const std::vector<int>& perm, const GroupInfo& g) {
   if (!ok)
     raise_value_error(
         fmt::format("`perm` does not represent a permutation: [{}]", fmt::join(perm, ", ")));
+}
+
+void check_ragged_sizes(std::span<const Eigen::Index> send_sizes, std::int64_t rows,
+                        const GroupInfo& g) {
+  const auto n = g.members.size();
+  if (send_sizes.size() != n)
+    raise_value_error(fmt::format("ragged_all_to_all needs one send size per member of axis {} ({}), got {}",
+                                  g.axis_label, n, send_sizes.size()));
+  std::int64_t sum = 0;
+  for (Eigen::Index s : send_sizes) sum += s;
+  if (std::any_of(send_sizes.begin(), send_sizes.end(), [](Eigen::Index s) { return s < 0; }))
+    raise_value_error(fmt::format("ragged_all_to_all send sizes must be non-negative, got [{}]",
+                                  fmt::join(send_sizes, ", ")));
+  if (sum != rows)
+    raise_value_error(
+        fmt::format("ragged_all_to_all send sizes sum to {}, but x has {} rows", sum, rows));
 }
 
 void check_source(int source, const GroupInfo& g) {

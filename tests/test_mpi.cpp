@@ -6,6 +6,7 @@
 #include <pmap/distributed.hpp>
 #include <pmap/pmap.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
@@ -401,6 +402,57 @@ TEST(Mpi, OneDevicePerProcess) {
       ASSERT_EQ(x(0, j), before(0, j)) << j;
     }
   }
+}
+
+/// ragged_all_to_all (SPEC 12) across processes: device i sends (i * 3 + j * 5 + seed) % 4
+/// rows of its own values to member j; what each device received, as a row of fixed length
+/// (rows, a weighted sum of the data, the sizes and offsets in a code), matches one process.
+template <int L>
+Vec ragged_summary(pmap::Context& ctx, int cols, int seed, const pmap::Groups& groups) {
+  const int i = ctx.axis_index("i");
+  int n = ctx.axis_size("i");
+  for (const auto& grp : groups)
+    if (std::find(grp.begin(), grp.end(), i) != grp.end()) n = static_cast<int>(grp.size());
+  std::vector<Eigen::Index> sizes;
+  Eigen::Index rows = 0;
+  for (int j = 0; j < n; ++j) rows += sizes.emplace_back((i * 3 + j * 5 + seed) % 4);
+  Eigen::Tensor<float, 2, L> x(rows, cols);
+  for (Eigen::Index r = 0; r < rows; ++r)
+    for (Eigen::Index c = 0; c < cols; ++c) x(r, c) = static_cast<float>(100 * i + 10 * r + c);
+  const auto got = ctx.ragged_all_to_all(x, "i", sizes, groups);
+  Vec row(4);
+  row.setZero();
+  row(0) = static_cast<float>(got.data.dimension(0));
+  for (Eigen::Index r = 0; r < got.data.dimension(0); ++r)
+    for (Eigen::Index c = 0; c < cols; ++c) row(1) += got.data(r, c) * static_cast<float>(r + 1);
+  for (std::size_t k = 0; k < got.sizes.size(); ++k) {
+    row(2) = row(2) * 5.f + static_cast<float>(got.sizes[k]);
+    row(3) += static_cast<float>(got.offsets[k]) * static_cast<float>(k + 1);
+  }
+  return row;
+}
+
+TEST(Mpi, RaggedAllToAll) {
+  for (int seed = 0; seed < 3; ++seed) {
+    compare([seed](pmap::Context& ctx, auto) { return ragged_summary<Eigen::RowMajor>(ctx, 3, seed, {}); });
+    compare([seed](pmap::Context& ctx, auto) { return ragged_summary<Eigen::ColMajor>(ctx, 2, seed, {}); });
+  }
+  compare([](pmap::Context& ctx, auto) {
+    pmap::Groups evens_odds(2);
+    for (int i = 0; i < ctx.axis_size("i"); ++i) evens_odds[static_cast<std::size_t>(i % 2)].push_back(i);
+    return ragged_summary<Eigen::RowMajor>(ctx, 2, 1, evens_odds);
+  });
+  // Rows of another length on one process: E14 on every process, then the next call works.
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto) {
+        const int n = ctx.axis_size("i");
+        Mat x(n, ctx.device().process_index == procs() - 1 ? 3 : 2);
+        x.setZero();
+        return static_cast<float>(ctx.ragged_all_to_all(x, "i", std::vector<Eigen::Index>(n, 1)).data.size());
+      },
+      {.axis_name = "i", .runtime = multi});
+  EXPECT_THROW(f(Mat(kLocal, 3).setConstant(1.f)), pmap::DeviceError);
+  compare([](pmap::Context& ctx, auto) { return ragged_summary<Eigen::RowMajor>(ctx, 3, 2, {}); });
 }
 
 // A frame of another size (another shape, above or below the frame limit) fails the

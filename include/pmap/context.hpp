@@ -9,6 +9,7 @@
 #include <iterator>
 #include <tuple>
 #include <memory>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -197,6 +198,14 @@ class Context {
   /// @brief Every device receives the value of device `source`.
   template <class X> auto pbroadcast(const X& x, AxisNames axes, int source);
 
+  /// @brief Sends rows [o_j, o_j + send_sizes[j]) of dimension 0 to group member j (o_j the
+  /// sizes before j) and returns the rows received, in member order: a pmap::Ragged
+  /// {data, sizes, offsets} (ragged.hpp, SPEC 12). Members agree on the dtype and every
+  /// dimension but the first.
+  template <class X>
+  auto ragged_all_to_all(const X& x, AxisNames axes, std::span<const Eigen::Index> send_sizes,
+                         const Groups& groups = {});
+
   /// @brief Hands the storage of a tensor the kernel no longer needs back to this device:
   /// its next collective result of the same type and size, in this call or in the next call
   /// of the same mapped function, is written there instead of in fresh memory (which costs
@@ -248,6 +257,10 @@ class Context {
                         const Groups& groups = {});
   template <class X>
   auto ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm);
+  /// send_sizes is copied at the start; x follows the operand rule above.
+  template <class X>
+  auto ragged_all_to_all_start(X&& x, AxisNames axes, std::span<const Eigen::Index> send_sizes,
+                               const Groups& groups = {});
   /// @}
 
   ~Context();

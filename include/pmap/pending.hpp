@@ -24,6 +24,7 @@
 #include "pmap/collectives.hpp"
 #include "pmap/context.hpp"
 #include "pmap/errors.hpp"
+#include "pmap/eval.hpp"
 
 namespace pmap {
 namespace detail {

@@ -22,6 +22,7 @@
 #include "pmap/mesh.hpp"
 #include "pmap/options.hpp"
 #include "pmap/pending.hpp"
+#include "pmap/ragged.hpp"
 #include "pmap/runtime.hpp"
 #include "pmap/shard_map.hpp"
 #include "pmap/trace.hpp"

@@ -9,7 +9,7 @@ namespace pmap::detail {
 
 enum class OpKind : std::uint64_t {
   psum = 1, pmean, pmax, pmin, pargmax, pargmin, all_gather, psum_scatter, all_to_all,
-  ppermute, pbroadcast
+  ppermute, pbroadcast, ragged_all_to_all
 };
 
 }  // namespace pmap::detail

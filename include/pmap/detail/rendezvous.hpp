@@ -202,6 +202,13 @@ class Peers {
     PMAP_ASSERT(path_ == Path::in_place);
     return team_.slot(member(k)).published_out();
   }
+  /// Gathered path only: the input of team member m, of any group (the exchange carried
+  /// every device's), and the number of team members.
+  const T* team_input(int m) const {
+    PMAP_ASSERT(path_ == Path::gathered);
+    return reinterpret_cast<const T*>(team_.gathered(m, bytes_));
+  }
+  int team_size() const { return team_.size(); }
   /// A barrier between two steps of the work (in place only).
   void sync() {
     PMAP_ASSERT(path_ == Path::in_place);
