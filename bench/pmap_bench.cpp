@@ -19,7 +19,7 @@
 //                     ThreadPoolDevice (each product threaded, or the products in parallel on
 //                     the pool) and a serial loop, in GFLOP/s
 //   apps              the application workloads of apps.cpp (batched_solve, mlp_step,
-//                     heat_stencil, monte_carlo, ring_matmul), each against the same
+//                     heat_stencil, monte_carlo, sample_sort, ring_matmul), each against the same
 //                     computation hand-written with OpenMP
 //   psum_latency      8 KiB psum on 2 devices: what it costs beyond a hand-written 2-barrier
 //                     psum, in spin barriers; vs a spin barrier, an OpenMP barrier and that
@@ -110,7 +110,8 @@ constexpr const char* kUsage =
     "  --filter REGEX   run only the workloads whose name or group matches: dispatch,\n"
     "                   shard_dispatch, break_even, triad, gemm, psum_latency, bandwidth,\n"
     "                   oversubscription, idle, tree_pmean; the group apps: batched_solve,\n"
-    "                   mlp_step, heat_stencil, monte_carlo, ring_matmul\n"
+    "                   mlp_step, heat_stencil, monte_carlo, sample_sort,\n"
+    "                   ring_matmul\n"
     "  --size BYTES     out-of-cache triad size per array (K/M/G suffixes; default 1G,\n"
     "                   64M with --quick); collectives move an eighth of it per device\n"
     "  --rounds N       measured rounds per case (default 15, 3 with --quick)\n";
@@ -762,6 +763,7 @@ constexpr Workload kWorkloads[] = {
     {"mlp_step", pr::mlp_step, "apps"},
     {"heat_stencil", pr::heat_stencil, "apps"},
     {"monte_carlo", pr::monte_carlo, "apps"},
+    {"sample_sort", pr::sample_sort, "apps"},
     {"ring_matmul", pr::ring_matmul, "apps"},
     {"psum_latency", psum_latency},
     {"bandwidth", bandwidth},

@@ -74,6 +74,7 @@ void batched_solve(Env& env);
 void mlp_step(Env& env);
 void heat_stencil(Env& env);
 void monte_carlo(Env& env);
+void sample_sort(Env& env);
 void ring_matmul(Env& env);
 
 }  // namespace pmap::report

@@ -127,8 +127,10 @@ class OutputSet {
  public:
   using Result = typename Sink<O, typename Spec::type>::Result;
   OutputSet(const CallInfo& call, const Out& out) : sink_(call, Spec::get(out), 0) {}
+  /// A kernel's result arrives as an rvalue: a sink that keeps device values (shard_map's
+  /// blocks) moves an owning tensor instead of copying it.
   template <class V>
-  void write(int i, const V& value) { sink_.write(i, value); }
+  void write(int i, V&& value) { sink_.write(i, std::forward<V>(value)); }
   template <class Target>
   void bind(Target& target) { sink_.bind(target); }
   template <class Fn>
@@ -164,9 +166,13 @@ class OutputSet<std::tuple<Os...>, Out> {
   OutputSet(const CallInfo& call, const Out& out)
       : sinks_(make(call, out, std::index_sequence_for<Os...>{})) {}
   template <class V>
-  void write(int i, const V& values) {
-    std::apply([&](auto&... sink) { std::apply([&](const auto&... v) { (sink.write(i, v), ...); }, values); },
-               sinks_);
+  void write(int i, V&& values) {
+    std::apply(
+        [&](auto&... sink) {
+          std::apply([&](auto&&... v) { (sink.write(i, std::forward<decltype(v)>(v)), ...); },
+                     std::forward<V>(values));
+        },
+        sinks_);
   }
   template <class... Targets>
   void bind(std::tuple<Targets...>& targets) {
@@ -195,7 +201,7 @@ class OutputSet<std::vector<O, A>, Out> {
     S probe(call, spec_, 0);  // out_axes range check before any kernel runs
   }
   template <class V>
-  void write(int i, const V& values) {
+  void write(int i, V&& values) {
     if (Once::Owner owner = once_.claim()) {
       for (std::size_t k = 0; k < values.size(); ++k) sinks_.emplace_back(call_, spec_, static_cast<int>(k));
       owner_ = i;
@@ -203,7 +209,12 @@ class OutputSet<std::vector<O, A>, Out> {
     }
     if (values.size() != sinks_.size())
       raise_output_count_differs(call_.id(i), values.size(), call_.id(owner_), sinks_.size());
-    for (std::size_t k = 0; k < values.size(); ++k) sinks_[k].write(i, values[k]);
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      if constexpr (std::is_lvalue_reference_v<V>)
+        sinks_[k].write(i, values[k]);
+      else
+        sinks_[k].write(i, std::move(values[k]));
+    }
   }
   template <class Fn>
   void each(Fn&& fn) {

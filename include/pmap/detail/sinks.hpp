@@ -300,6 +300,13 @@ class BlockSink {
     }
   }
 
+  /// Keeps device i's value: an owning tensor of the result's type returned by value is
+  /// moved (its storage is then the block place() copies, with no copy of its own).
+  template <class V>
+  void write(int i, V&& value) requires(std::is_same_v<std::remove_cvref_t<V>, Result> &&
+                                        !std::is_lvalue_reference_v<V>) {
+    values_[static_cast<std::size_t>(i)] = std::move(value);
+  }
   template <class V>
   void write(int i, const V& value) {
     Result& slot = values_[static_cast<std::size_t>(i)];
