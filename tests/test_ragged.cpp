@@ -1,13 +1,14 @@
 /// @file test_ragged.cpp
 /// @brief ragged_all_to_all (SPEC 12) against a serial model: both layouts, ranks 1 to 3,
 /// empty chunks and empty results, groups, maps and expressions, the started form, the three
-/// ValueErrors and E14, on 1 to 8 devices and more devices than threads.
+/// ValueErrors, E14 and a device that throws, on 1 to 8 devices and more devices than threads.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -246,6 +247,21 @@ TEST_P(Ragged, MembersThatDisagreeOnTheRowShapeRaiseE14) {
   const std::string message = catch_message<pmap::DeviceError>([&] { f(Tensor<float, 1>(N)); });
   EXPECT_NE(message.find("ragged_all_to_all"), std::string::npos) << message;
   check_exchange<ColMajor>(rt(), N, 2, 1, {}, false);
+}
+
+TEST_P(Ragged, ADeviceThatThrowsLeavesNoPeerWaiting) {
+  const int N = n();
+  auto f = pmap::pmap(
+      [N](pmap::Context& ctx, auto) {
+        if (ctx.axis_index("i") == N - 1) throw std::runtime_error("device gives up");
+        Tensor<float, 1> x(N);
+        x.setConstant(1.f);
+        auto r = ctx.ragged_all_to_all(x, "i", std::vector<Index>(static_cast<std::size_t>(N), 1));
+        return static_cast<int>(r.data.size());
+      },
+      on_axis(rt()));
+  EXPECT_EQ(catch_message<std::runtime_error>([&] { f(Tensor<float, 1>(N)); }), "device gives up");
+  check_exchange<RowMajor>(rt(), N, 1, 3, {}, false);
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ constexpr auto kHangLimit = std::chrono::seconds(kSanitized ? 60 : 20);
 
 // ---- programs ------------------------------------------------------------------------------
 
-enum class Kind { psum, pmax, pmin, pmean, all_gather, all_gather_tiled, ppermute, psum_scatter, all_to_all };
+enum class Kind { psum, pmax, pmin, pmean, all_gather, all_gather_tiled, ppermute, psum_scatter, all_to_all, ragged };
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -90,6 +90,7 @@ const char* kind_name(Kind k) {
     case Kind::ppermute: return "ppermute";
     case Kind::psum_scatter: return "psum_scatter(tiled)";
     case Kind::all_to_all: return "all_to_all(tiled)";
+    case Kind::ragged: return "ragged_all_to_all";
   }
   return "?";
 }
@@ -415,7 +416,10 @@ void draw_deviation(Rng& rng, Program& prog) {
     const Step& st = prog.steps[k];
     bool shared = false;
     for (int p = 0; p < prog.n; ++p) shared = shared || st.group_size(p) >= 2;
-    if (shared) (st.kind == Kind::ppermute ? permutes : others).push_back(static_cast<int>(k));
+    // A ragged_all_to_all's members may send any number of rows: a longer operand is no
+    // departure there.
+    if (shared && st.kind != Kind::ragged)
+      (st.kind == Kind::ppermute ? permutes : others).push_back(static_cast<int>(k));
   }
   if (permutes.empty() && others.empty()) return;
   const std::vector<int>& from =
@@ -447,7 +451,7 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
   // Weights of the step kinds: grouped reductions, whole-axis reductions, gathers, ...
   enum Pick { grouped_reduce, whole_psum, whole_pmax, one_shuffled_group, gather_whole,
               gather_grouped, permute, scatter_whole, scatter_grouped, a2a_whole, a2a_grouped,
-              picks };
+              ragged_whole, ragged_grouped, picks };
   std::vector<double> weights(picks, 0.0);
   if (cfg.grouped_focus) {
     weights[grouped_reduce] = 50;
@@ -468,6 +472,8 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
     weights[scatter_grouped] = 3;
     weights[a2a_whole] = 8;
     weights[a2a_grouped] = 3;
+    weights[ragged_whole] = 5;
+    weights[ragged_grouped] = 3;
   }
   std::discrete_distribution<int> pick(weights.begin(), weights.end());
   auto lateness = [&](Step& st) {
@@ -540,6 +546,13 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
         st.groups = equal_partition(rng, m);
         multiple = true;
         break;
+      case ragged_whole:
+        st.kind = Kind::ragged;
+        break;
+      case ragged_grouped:
+        st.kind = Kind::ragged;
+        st.groups = equal_partition(rng, m);
+        break;
       default:
         break;
     }
@@ -585,6 +598,27 @@ void fill_operand(const T* state, Index size, T* op, Index len, std::int64_t sal
 }
 
 std::int64_t step_salt(int step, int call) { return 131 * step + 17 * call + 5; }
+
+/// ragged_all_to_all at step `step`: the rows device p sends to each of the g members of its
+/// group, out of its len; uneven, some zero, summing to len.
+std::vector<Index> ragged_sizes(Index len, int g, int p, std::size_t step) {
+  std::vector<Index> weight(static_cast<std::size_t>(g)), sizes(static_cast<std::size_t>(g), 0);
+  Index total = 0;
+  for (int j = 0; j < g; ++j)
+    total += weight[static_cast<std::size_t>(j)] = (p * 7 + j * 3 + static_cast<Index>(step) * 5) % 4;
+  if (total == 0) {
+    sizes[static_cast<std::size_t>(p % g)] = len;
+    return sizes;
+  }
+  Index given = 0;
+  std::size_t last = 0;
+  for (std::size_t j = 0; j < sizes.size(); ++j) {
+    given += sizes[j] = len * weight[j] / total;
+    if (weight[j] > 0) last = j;
+  }
+  sizes[last] += len - given;
+  return sizes;
+}
 
 /// An order-dependent checksum of a state; a non-integral value (garbage) hashes unlike any
 /// integer.
@@ -750,6 +784,13 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
         take(r);
         break;
       }
+      case Kind::ragged: {
+        const std::vector<Index> sizes = ragged_sizes(len, st.group_size(p), p, s);
+        auto r = ctx.ragged_all_to_all(op, axes, sizes, st.groups);
+        op.setConstant(poison);
+        take(r.data);
+        break;
+      }
     }
   }
   out(0) = state.size();
@@ -826,6 +867,15 @@ std::vector<std::vector<std::int64_t>> model(const Program& prog, int call) {
             r.insert(r.end(), of(m).begin() + pos * block, of(m).begin() + (pos + 1) * block);
           break;
         }
+        case Kind::ragged:  // member m's chunk for this position, in member order
+          for (int m : members) {
+            const std::vector<Index> sizes = ragged_sizes(st.length(m), static_cast<int>(g), m, s);
+            Index first = 0;
+            for (std::int64_t j = 0; j < pos; ++j) first += sizes[static_cast<std::size_t>(j)];
+            r.insert(r.end(), of(m).begin() + first,
+                     of(m).begin() + first + sizes[static_cast<std::size_t>(pos)]);
+          }
+          break;
       }
     }
     for (int p = 0; p < n; ++p) {
@@ -863,6 +913,7 @@ struct Coverage {
   int yields = 0;         ///< steps whose late device yields
   int disagreements = 0;  ///< programs with a departing device
   int unread = 0;         ///< of them, at a ppermute step
+  int ragged = 0;         ///< ragged_all_to_all steps
 };
 
 /// The path device p's group takes in step st (0 staged, 1 in place, 2 split).
@@ -870,6 +921,7 @@ int path_of(const Step& st, int p, int axis_size, bool integers) {
   const Index bytes = st.length(p) * 4;
   const Index acc = st.kind == Kind::pmean && integers ? 8 : 4;
   const int members = st.group_size(p);
+  if (st.kind == Kind::ragged) return 1;  // always read in place
   if (members == axis_size && members > 1 && bytes <= 8 * 1024) return 0;
   if (is_reduction(st.kind) && members > 1 && st.length(p) * acc >= 64 * 1024) return 2;
   return 1;
@@ -886,6 +938,7 @@ void tally(Coverage& cov, const Program& prog) {
   }
   for (const Step& st : prog.steps) {
     ++cov.steps;
+    cov.ragged += st.kind == Kind::ragged;
     std::vector<int> seen(3, 0);
     for (int p = 0; p < prog.n; ++p)
       seen[static_cast<std::size_t>(path_of(st, p, prog.geo.size(st.over), prog.integers))] = 1;
@@ -1088,6 +1141,9 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg, bool c
     EXPECT_GE(cov.mixed_groups, 1);
   }
   EXPECT_GT(cov.threads_below_devices, 0);
+  if (!cfg.grouped_focus) {
+    EXPECT_GT(cov.ragged, 0);
+  }
   if (cfg.nested > 0) {
     EXPECT_GT(cov.nested, 0);
   }
