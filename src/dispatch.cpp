@@ -54,9 +54,12 @@ TeamLease::TeamLease(TeamCache& cache, const Runtime& runtime, std::span<const A
   team_ = new Team(call.n, axes, std::move(ids), runtime.num_threads());
 }
 
-TeamLease::TeamLease(Context& outer, int n, const std::string& axis_name, const Runtime& runtime)
-    : child_(join_nested(outer, n, axis_name, runtime)),
-      base_(first_device(runtime, &outer, n)) {
+TeamLease::TeamLease(Context& outer, std::span<const AxisBinding> inner, const char* what,
+                     const Runtime& runtime)
+    : child_(join_nested(outer, inner, what, runtime)) {
+  int n = 1;
+  for (const AxisBinding& axis : inner) n *= axis.size;
+  base_ = first_device(runtime, &outer, n);
   team_ = child_.get();
 }
 

@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
+#include <cstring>
 #include <exception>
+#include <span>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,8 +20,8 @@ namespace pmap::detail {
 // whose outer device left without starting it. Hence the barriers here ignore cancellation
 // (Team::drain): they complete when every outer device arrived, and fail on every device
 // alike when one returned from its kernel instead.
-std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string& axis_name,
-                                  const Runtime& runtime) {
+std::shared_ptr<Team> join_nested(Context& outer, std::span<const AxisBinding> inner,
+                                  const char* what, const Runtime& runtime) {
   Access::complete_through(outer, nullptr);  // started collectives come first (SPEC 11)
   Member& me = Access::member(outer);
   Team& team = *me.team;
@@ -27,12 +29,26 @@ std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string& axis
     raise_value_error("pmap: a pmap nested inside a multi-process pmap is not supported; map "
                       "the processes' axis innermost or flatten the two axes into one");
   const int depth = team.num_axes();
-  if (depth + 1 > kMaxAxes) raise_value_error(fmt::format("pmap nests at most {} axes", kMaxAxes));
+  const int added = static_cast<int>(inner.size());
+  if (depth + added > kMaxAxes)
+    raise_value_error(fmt::format("{} nests at most {} axes", what, kMaxAxes));
+  // What every outer device must agree on: the call's kind and its inner axes.
+  Shape sizes{added, {}};
+  std::uint64_t signature = hash_bytes(kHashSeed, what, std::strlen(what));
+  int n = 1;
+  for (int a = 0; a < added; ++a) {
+    const AxisBinding& axis = inner[static_cast<std::size_t>(a)];
+    sizes.dims[static_cast<std::size_t>(a)] = axis.size;
+    signature = hash_bytes(hash_mix(signature, static_cast<std::uint64_t>(axis.size)),
+                           axis.name.data(), axis.name.size());
+    n *= axis.size;
+  }
+  const std::string& first_name = inner.front().name;
   std::vector<int> everyone(static_cast<std::size_t>(team.size()));
   for (int m = 0; m < team.size(); ++m) everyone[static_cast<std::size_t>(m)] = m;
-  team.publish(me.index, OpDesc{"pmap", "", Shape{1, {n}}},
-               axis_name.empty() ? std::string_view("None") : std::string_view(axis_name),
-               hash_mix(kHashSeed, static_cast<std::uint64_t>(n)));
+  team.publish(me.index, OpDesc{what, "", sizes},
+               first_name.empty() ? std::string_view("None") : std::string_view(first_name),
+               signature);
   const std::uint64_t base = me.phase;
   me.phase = base + kPhasesPerCollective;
   // Barrier 1: all outer devices are here (or one returned, and none will get a child).
@@ -48,12 +64,12 @@ std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string& axis
     try {
       AxisBinding axes[kMaxAxes];
       for (int a = 0; a < depth; ++a) axes[a] = team.axis(a);
-      axes[depth] = AxisBinding{axis_name, n};
+      for (int a = 0; a < added; ++a) axes[depth + a] = inner[static_cast<std::size_t>(a)];
       const int size = team.size() * n;
       std::vector<int> ids(static_cast<std::size_t>(size));
       for (int c = 0; c < size; ++c)
         ids[static_cast<std::size_t>(c)] = runtime.devices()[static_cast<std::size_t>(c)].id;
-      team.make_child(size, std::span<const AxisBinding>(axes, static_cast<std::size_t>(depth + 1)),
+      team.make_child(size, std::span<const AxisBinding>(axes, static_cast<std::size_t>(depth + added)),
                       std::move(ids), runtime.num_threads());
     } catch (...) {
       failure = std::current_exception();  // still arrive: the others must not wait for us

@@ -60,6 +60,19 @@ void raise_spec_splits_non_tensor(const std::string& name, std::size_t k, const 
                                 name, k, k, dtype));
 }
 
+void check_inner_mesh(const Context& outer, const Mesh& mesh, const std::string& name) {
+  const Team& team = *Access::member(outer).team;
+  for (const auto& [axis, size] : mesh.axes())
+    for (int a = 0; a < team.num_axes(); ++a)
+      if (team.axis(a).name == axis)
+        raise_value_error(fmt::format("{}: the inner mesh's axis '{}' is already bound by an "
+                                      "enclosing pmap or shard_map; an inner mesh needs axis "
+                                      "names of its own",
+                                      name, axis));
+  const std::int64_t needed = static_cast<std::int64_t>(team.size()) * mesh.size();
+  if (needed > mesh.runtime().device_count()) raise_too_many_devices(needed, mesh.runtime().device_count());
+}
+
 void raise_shard_unsupported(const std::string& name, const std::string& why) {
   raise_value_error(fmt::format("{} is not supported {} yet; call it from the host thread of a "
                                 "single-process runtime",

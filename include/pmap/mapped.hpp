@@ -210,7 +210,10 @@ class Mapped {
   /// The team: cached for top-level calls, shared with the other outer devices if nested,
   /// spanning every process's devices under MPI.
   detail::TeamLease lease_team(Context* outer, const detail::CallInfo& call, int processes) const {
-    if (outer) return detail::TeamLease(*outer, call.n, options_.axis_name, *runtime_);
+    if (outer) {
+      const detail::AxisBinding axis{options_.axis_name, call.n};
+      return detail::TeamLease(*outer, std::span(&axis, 1), "pmap", *runtime_);
+    }
     return detail::TeamLease(cache_, *runtime_, options_.axis_name, call.n, processes, call);
   }
 

@@ -47,6 +47,9 @@ std::vector<ResolvedSpec> resolve_specs(const Mesh& mesh, const std::vector<Part
 [[noreturn]] void raise_spec_splits_non_tensor(const std::string& name, std::size_t k,
                                                const char* dtype);
 [[noreturn]] void raise_shard_unsupported(const std::string& name, const std::string& why);
+/// A shard_map nested in the kernel of `outer` (SPEC 13): the inner mesh reuses no axis name
+/// of the enclosing calls, and the outer devices times the mesh fit the runtime (E7).
+void check_inner_mesh(const Context& outer, const Mesh& mesh, const std::string& name);
 
 template <class R>
 inline constexpr std::size_t output_count_v = result_kind<R>::count;
@@ -68,7 +71,10 @@ constexpr int output_rank() {
 /// @brief A kernel mapped over the blocks of a device mesh (SPEC 9): call it like the
 /// kernel with whole tensors; each device receives its block of every argument.
 ///
-/// Thread safety: may be called from several threads at once (not from inside a kernel).
+/// Called inside a pmap or shard_map kernel of the same runtime, it maps over an inner mesh
+/// (SPEC 13): every outer device calls it, and collectives may name outer and inner axes.
+///
+/// Thread safety: may be called from several threads at once.
 template <class F>
 class ShardMapped {
  public:
@@ -117,10 +123,14 @@ class ShardMapped {
  private:
   template <class R, class Target, class... Args>
   auto run(Target* target, const Args&... args) const {
-    validate<R>(args...);
+    Context* const outer = enclosing_device();
+    validate<R>(outer, args...);
     detail::CallInfo call;
     call.n = mesh_.size();
-    call.devices = mesh_.devices().data();
+    // Nested, the inner mesh gives names and sizes; the devices are the nested call's.
+    call.devices = outer ? mesh_.runtime().devices().data() +
+                               detail::first_device(mesh_.runtime(), outer, call.n)
+                         : mesh_.devices().data();
     call.mesh.num_axes = static_cast<int>(axes_.size());
     for (std::size_t a = 0; a < axes_.size(); ++a) {
       call.mesh.sizes[a] = axes_[a].size;
@@ -135,6 +145,7 @@ class ShardMapped {
       }(std::index_sequence_for<Args...>{});
     };
     auto lease = [&] {
+      if (outer) return detail::TeamLease(*outer, axes_, "shard_map", mesh_.runtime());
       return detail::TeamLease(cache_, mesh_.runtime(), axes_, call);
     };
     auto arguments = [&] { return detail::describe_arguments(args...); };
@@ -144,11 +155,16 @@ class ShardMapped {
 
   const detail::Partition& in_part(std::size_t k) const { return in_[in_.size() == 1 ? 0 : k].partition; }
 
-  /// SPEC 9's errors, before any kernel runs.
+  /// The device whose kernel calls this function (nesting, SPEC 13), if of the same runtime.
+  Context* enclosing_device() const {
+    Context* outer = detail::this_thread().device;
+    return outer && detail::Access::runtime(*outer) == &mesh_.runtime() ? outer : nullptr;
+  }
+
+  /// SPEC 9's errors, and nested (SPEC 13) the inner mesh's, before any kernel runs.
   template <class R, class... Args>
-  void validate(const Args&... args) const {
-    if (detail::this_thread().device)
-      detail::raise_shard_unsupported(options_.name, "inside a pmap or shard_map kernel");
+  void validate(Context* outer, const Args&... args) const {
+    if (outer) detail::check_inner_mesh(*outer, mesh_, options_.name);
     if (mesh_.runtime().process_count() > 1)
       detail::raise_shard_unsupported(
           options_.name, "when the runtime spans " + std::to_string(mesh_.runtime().process_count()) +

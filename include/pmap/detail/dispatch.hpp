@@ -61,8 +61,10 @@ class TeamLease {
   /// A shard_map call's team over a mesh (one process): the cached one when it fits.
   TeamLease(TeamCache& cache, const Runtime& runtime, std::span<const AxisBinding> axes,
             const CallInfo& call);
-  /// A nested call's team: the child of the nesting rendezvous (join_nested).
-  TeamLease(Context& outer, int n, const std::string& axis_name, const Runtime& runtime);
+  /// A nested call's team: the child of the nesting rendezvous (join_nested) over the inner
+  /// axes (a nested pmap's one, a nested shard_map's mesh); `what` names the call.
+  TeamLease(Context& outer, std::span<const AxisBinding> inner, const char* what,
+            const Runtime& runtime);
   ~TeamLease();
   TeamLease(const TeamLease&) = delete;
   TeamLease& operator=(const TeamLease&) = delete;
@@ -137,9 +139,10 @@ void rethrow_failure(const Team& team, int processes);
 void check_same_collectives(Team& team, int first, int n);
 
 /// Joins the nesting rendezvous of the enclosing call: every outer device calls the inner
-/// pmap, the first creates the shared team of outer x inner devices.
-std::shared_ptr<Team> join_nested(Context& outer, int n, const std::string& axis_name,
-                                  const Runtime& runtime);
+/// pmap (or shard_map), the first creates the shared team of the outer devices times the
+/// inner axes' devices, whose axes are the outer team's followed by `inner`.
+std::shared_ptr<Team> join_nested(Context& outer, std::span<const AxisBinding> inner,
+                                  const char* what, const Runtime& runtime);
 
 /// What validation said about a call on this process, sent to the others (SPEC 7).
 enum class Verdict : std::int32_t { valid = -1, value_error = 0, type_error = 1 };
