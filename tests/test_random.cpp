@@ -114,12 +114,14 @@ const char* over_name(Over o) {
   return "?";
 }
 
-/// How a program runs: pmap over "i"; pmap over "i" whose kernel calls a pmap over "j"; or
-/// shard_map over the mesh {"i": a, "j": b} with one element per device.
-enum class Launch { flat, nested, sharded };
+/// How a program runs: pmap over "i"; pmap over "i" whose kernel calls a pmap over "j", or a
+/// shard_map over the inner mesh {"j": b}; or shard_map over the mesh {"i": a, "j": b} with
+/// one element per device.
+enum class Launch { flat, nested, nested_mesh, sharded };
 
 const char* launch_name(Launch l) {
-  return l == Launch::flat ? "pmap" : l == Launch::nested ? "nested pmap" : "shard_map";
+  return l == Launch::flat ? "pmap" : l == Launch::nested ? "nested pmap"
+         : l == Launch::nested_mesh ? "shard_map nested in a pmap" : "shard_map";
 }
 
 /// The axes of a program: a x b devices (b = 1 for a flat program).
@@ -394,6 +396,7 @@ std::vector<Index> team_lengths(Rng& rng, const pmap::Groups& teams, bool equal_
 void draw_launch(Rng& rng, Program& prog, const GenConfig& cfg) {
   const double r = std::uniform_real_distribution<double>(0, 1)(rng);
   prog.launch = r < cfg.nested ? Launch::nested : r < cfg.nested + cfg.sharded ? Launch::sharded : Launch::flat;
+  if (prog.launch == Launch::nested && chance(rng, 0.4)) prog.launch = Launch::nested_mesh;
   const int n = uniform(rng, cfg.min_n, cfg.max_n);
   if (prog.launch == Launch::flat) {
     prog.geo = {n, 1};
@@ -906,6 +909,7 @@ struct Coverage {
   int mixed_groups = 0;   ///< reductions whose teams take different paths
   int threads_below_devices = 0;
   int nested = 0;         ///< nested pmap programs
+  int nested_mesh = 0;    ///< shard_map nested in a pmap
   int sharded = 0;        ///< shard_map programs
   int two_axes = 0;       ///< steps of two-axis programs that name both axes
   int one_of_two = 0;     ///< steps of two-axis programs that name one axis
@@ -931,6 +935,7 @@ void tally(Coverage& cov, const Program& prog) {
   ++cov.programs;
   if (prog.threads < prog.n) ++cov.threads_below_devices;
   cov.nested += prog.launch == Launch::nested;
+  cov.nested_mesh += prog.launch == Launch::nested_mesh;
   cov.sharded += prog.launch == Launch::sharded;
   if (prog.deviation != Deviation::none) {
     ++cov.disagreements;
@@ -1038,6 +1043,20 @@ Outcome run_program(const Program& prog) {
         return inner(xi);
       },
       on_axis(rt, "i"));
+  auto nested_mesh = pmap::pmap(
+      [&](pmap::Context&, auto xi) {
+        const pmap::Mesh inner_mesh({{"j", geo.b}}, &rt);
+        auto inner = pmap::shard_map(
+            [&](pmap::Context& ctx, auto block) {
+              const Summary s = device(ctx, block(0, 0));
+              Tensor<std::int64_t, 2> out(1, kSummary);
+              for (Index k = 0; k < kSummary; ++k) out(0, k) = s(k);
+              return out;
+            },
+            inner_mesh, {pmap::P("j")}, {pmap::P("j")});
+        return inner(Tensor<float, 2>(xi));
+      },
+      on_axis(rt, "i"));
   const pmap::Mesh mesh({{"i", geo.a}, {"j", geo.b}}, &rt);
   auto sharded = pmap::shard_map(
       [&](pmap::Context& ctx, auto block) {
@@ -1055,7 +1074,9 @@ Outcome run_program(const Program& prog) {
     }
     Tensor<float, 3> x(geo.a, geo.b, 1);
     for (int p = 0; p < prog.n; ++p) x(p / geo.b, p % geo.b, 0) = static_cast<float>(call * 100 + p);
-    const Tensor<std::int64_t, 3> r = prog.launch == Launch::nested ? nested(x) : sharded(x);
+    const Tensor<std::int64_t, 3> r = prog.launch == Launch::nested        ? nested(x)
+                                      : prog.launch == Launch::nested_mesh ? nested_mesh(x)
+                                                                           : sharded(x);
     if (r.dimension(0) != geo.a || r.dimension(1) != geo.b || r.dimension(2) != kSummary)
       return Tensor<std::int64_t, 2>(r.dimension(0), r.dimension(1) * r.dimension(2));
     Tensor<std::int64_t, 2> got(prog.n, kSummary);
@@ -1146,6 +1167,7 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg, bool c
   }
   if (cfg.nested > 0) {
     EXPECT_GT(cov.nested, 0);
+    EXPECT_GT(cov.nested_mesh, 0);
   }
   if (cfg.sharded > 0) {
     EXPECT_GT(cov.sharded, 0);
