@@ -20,6 +20,47 @@ namespace pmap::detail {
 // whose outer device left without starting it. Hence the barriers here ignore cancellation
 // (Team::drain): they complete when every outer device arrived, and fail on every device
 // alike when one returned from its kernel instead.
+namespace {
+
+/// What every outer device of a nesting rendezvous must agree on: the call's kind and its
+/// inner axes (their sizes as a shape, for the E14 text), and the inner devices per outer one.
+struct NestedCall {
+  Shape sizes;
+  std::uint64_t signature = 0;
+  int devices = 1;
+};
+
+NestedCall describe_nested(std::span<const AxisBinding> inner, const char* what) {
+  NestedCall call;
+  call.sizes.rank = static_cast<int>(inner.size());
+  call.signature = hash_bytes(kHashSeed, what, std::strlen(what));
+  for (std::size_t a = 0; a < inner.size(); ++a) {
+    call.sizes.dims[a] = inner[a].size;
+    call.signature = hash_bytes(hash_mix(call.signature, static_cast<std::uint64_t>(inner[a].size)),
+                                inner[a].name.data(), inner[a].name.size());
+    call.devices *= inner[a].size;
+  }
+  return call;
+}
+
+/// The leader's part: the child team of the outer devices times the inner axes' devices,
+/// its axes the outer team's followed by `inner`, its devices the runtime's first ones.
+void make_nested_child(Team& team, std::span<const AxisBinding> inner, int n,
+                       const Runtime& runtime) {
+  const int depth = team.num_axes();
+  AxisBinding axes[kMaxAxes];
+  for (int a = 0; a < depth; ++a) axes[a] = team.axis(a);
+  for (std::size_t a = 0; a < inner.size(); ++a) axes[static_cast<std::size_t>(depth) + a] = inner[a];
+  const int size = team.size() * n;
+  std::vector<int> ids(static_cast<std::size_t>(size));
+  for (int c = 0; c < size; ++c)
+    ids[static_cast<std::size_t>(c)] = runtime.devices()[static_cast<std::size_t>(c)].id;
+  team.make_child(size, std::span<const AxisBinding>(axes, static_cast<std::size_t>(depth) + inner.size()),
+                  std::move(ids), runtime.num_threads());
+}
+
+}  // namespace
+
 std::shared_ptr<Team> join_nested(Context& outer, std::span<const AxisBinding> inner,
                                   const char* what, const Runtime& runtime) {
   Access::complete_through(outer, nullptr);  // started collectives come first (SPEC 11)
@@ -32,23 +73,14 @@ std::shared_ptr<Team> join_nested(Context& outer, std::span<const AxisBinding> i
   const int added = static_cast<int>(inner.size());
   if (depth + added > kMaxAxes)
     raise_value_error(fmt::format("{} nests at most {} axes", what, kMaxAxes));
-  // What every outer device must agree on: the call's kind and its inner axes.
-  Shape sizes{added, {}};
-  std::uint64_t signature = hash_bytes(kHashSeed, what, std::strlen(what));
-  int n = 1;
-  for (int a = 0; a < added; ++a) {
-    const AxisBinding& axis = inner[static_cast<std::size_t>(a)];
-    sizes.dims[static_cast<std::size_t>(a)] = axis.size;
-    signature = hash_bytes(hash_mix(signature, static_cast<std::uint64_t>(axis.size)),
-                           axis.name.data(), axis.name.size());
-    n *= axis.size;
-  }
+  const NestedCall agreed = describe_nested(inner, what);
+  const int n = agreed.devices;
   const std::string& first_name = inner.front().name;
   std::vector<int> everyone(static_cast<std::size_t>(team.size()));
   for (int m = 0; m < team.size(); ++m) everyone[static_cast<std::size_t>(m)] = m;
-  team.publish(me.index, OpDesc{what, "", sizes},
+  team.publish(me.index, OpDesc{what, "", agreed.sizes},
                first_name.empty() ? std::string_view("None") : std::string_view(first_name),
-               signature);
+               agreed.signature);
   const std::uint64_t base = me.phase;
   me.phase = base + kPhasesPerCollective;
   // Barrier 1: all outer devices are here (or one returned, and none will get a child).
@@ -62,15 +94,7 @@ std::shared_ptr<Team> join_nested(Context& outer, std::span<const AxisBinding> i
   std::exception_ptr failure;
   if (me.index == 0) {
     try {
-      AxisBinding axes[kMaxAxes];
-      for (int a = 0; a < depth; ++a) axes[a] = team.axis(a);
-      for (int a = 0; a < added; ++a) axes[depth + a] = inner[static_cast<std::size_t>(a)];
-      const int size = team.size() * n;
-      std::vector<int> ids(static_cast<std::size_t>(size));
-      for (int c = 0; c < size; ++c)
-        ids[static_cast<std::size_t>(c)] = runtime.devices()[static_cast<std::size_t>(c)].id;
-      team.make_child(size, std::span<const AxisBinding>(axes, static_cast<std::size_t>(depth + added)),
-                      std::move(ids), runtime.num_threads());
+      make_nested_child(team, inner, n, runtime);
     } catch (...) {
       failure = std::current_exception();  // still arrive: the others must not wait for us
     }
