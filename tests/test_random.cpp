@@ -1156,9 +1156,11 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg, bool c
   if (cfg.sizes[3] > 0 && rare_paths) {
     EXPECT_GT(cov.split, 0);
   }
-  if (cfg.mixed >= 0.5) {
+  // Shares are required only of runs long enough to show them (TSan runs 10 programs).
+  const bool shares = programs >= 20;
+  if (cfg.mixed >= 0.5 && shares) {
     EXPECT_GE(cov.mixed_groups, programs / 3);
-  } else if (rare_paths) {
+  } else if (rare_paths || cfg.mixed >= 0.5) {
     EXPECT_GE(cov.mixed_groups, 1);
   }
   EXPECT_GT(cov.threads_below_devices, 0);
@@ -1167,7 +1169,9 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg, bool c
   }
   if (cfg.nested > 0) {
     EXPECT_GT(cov.nested, 0);
-    EXPECT_GT(cov.nested_mesh, 0);
+    if (shares) {
+      EXPECT_GT(cov.nested_mesh, 0);
+    }
   }
   if (cfg.sharded > 0) {
     EXPECT_GT(cov.sharded, 0);

@@ -61,8 +61,7 @@ auto execute(const Kernel& kernel, const Out& out, Target* target, const CallInf
   this_thread().device = caller;
   rethrow_failure(team.team(), processes);
   check_same_collectives(team.team(), team.base(), call.n);
-  finish_outputs(outputs, call, runtime.pool(), check_replicated,
-                 !std::is_same_v<Target, std::nullptr_t>);
+  finish_outputs(outputs, call, runtime.pool(), check_replicated);
   return outputs.take();
 }
 

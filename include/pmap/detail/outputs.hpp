@@ -239,12 +239,16 @@ class OutputSet<std::vector<O, A>, Out> {
 /// below this, waking the workers costs more than the work.
 inline constexpr std::size_t kParallelPassBytes = 256 * 1024;
 
-/// After every device returned: each output's plan (shapes, result, target), then one pass
-/// over the devices, in parallel, that compares replicas and copies blocks into place. With
-/// an into() target and the replication check, the comparison is a pass of its own first, so
-/// that nothing is written when it fails.
+/// Large blocks are copied into place in this many parts, so that one device's large block
+/// (a shard_map output of uneven blocks) is shared by the threads.
+inline constexpr int kPlaceParts = 4;
+
+/// After every device returned: each output's plan (shapes, result, target), then the
+/// comparison of replicas over the devices, and the copies of the blocks into place, in
+/// parallel when they are large (each block in kPlaceParts parts). Nothing is written when the
+/// comparison fails.
 template <class Outputs>
-void finish_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool check, bool bound) {
+void finish_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool check) {
   bool pass = false;
   std::size_t bytes = 0;
   outputs.each([&](auto& sink) {
@@ -252,26 +256,22 @@ void finish_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool che
     if (sink.pass(check)) pass = true, bytes += sink.bytes();
   });
   if (!pass) return;
-  const bool compare = check && call.n > 1;
-  auto over_devices = [&](const auto& fn) {
-    if (bytes >= kParallelPassBytes)
-      pool.run(call.n, fn);
+  const bool parallel = bytes >= kParallelPassBytes;
+  if (check && call.n > 1) {
+    auto compare = [&](int i) { outputs.each([&](auto& sink) { sink.compare(i); }); };
+    if (parallel)
+      pool.run(call.n, compare);
     else
-      for (int i = 0; i < call.n; ++i) fn(i);
-  };
-  if (compare && bound) {
-    over_devices([&](int i) { outputs.each([&](auto& sink) { sink.compare(i); }); });
+      for (int i = 0; i < call.n; ++i) compare(i);
     outputs.each([](auto& sink) { sink.raise_mismatch(); });
-    over_devices([&](int i) { outputs.each([&](auto& sink) { sink.place(i); }); });
+  }
+  if (!parallel) {
+    for (int i = 0; i < call.n; ++i) outputs.each([&](auto& sink) { sink.place(i, 0, 1); });
     return;
   }
-  over_devices([&](int i) {
-    outputs.each([&](auto& sink) {
-      if (compare) sink.compare(i);
-      sink.place(i);
-    });
+  pool.run(call.n * kPlaceParts, [&](int t) {
+    outputs.each([&](auto& sink) { sink.place(t / kPlaceParts, t % kPlaceParts, kPlaceParts); });
   });
-  if (compare) outputs.each([](auto& sink) { sink.raise_mismatch(); });
 }
 
 }  // namespace pmap::detail

@@ -207,7 +207,7 @@ class Sink<O, int> {
   bool pass(bool) const { return false; }
   std::size_t bytes() const { return 0; }
   void compare(int) {}
-  void place(int) {}
+  void place(int, int, int) {}
   void raise_mismatch() const {}
   Result take() { return std::move(result_); }
 
@@ -377,8 +377,9 @@ class BlockSink {
     }
   }
 
-  /// Device i, if it is the first of its replicas: its block into the result.
-  void place(int i) {
+  /// Device i, if it is the first of its replicas: part `part` of `parts` of its block into
+  /// the result (the block cut along its outermost dimension in memory).
+  void place(int i, int part, int parts) {
     const MeshShape& mesh = call_->mesh;
     for (int a = 0; a < mesh.num_axes; ++a)
       if (mesh.coord(i, a) != 0 && !partition_.names(a)) return;
@@ -391,7 +392,19 @@ class BlockSink {
         block.start[u] = starts_[u][static_cast<std::size_t>(partition_.block_index(d, mesh, i))];
     }
     const auto size = static_cast<std::size_t>(v.size()) * sizeof(T);
-    copy_into_block(data_, v.data(), block, L, streams(size));
+    const T* from = v.data();
+    if constexpr (R > 0) {
+      const auto outer = static_cast<std::size_t>(L == Eigen::RowMajor ? 0 : R - 1);
+      const std::int64_t extent = block.extent.dims[outer];
+      const std::int64_t lo = extent * part / parts, hi = extent * (part + 1) / parts;
+      if (lo == hi) return;
+      from += lo * (v.size() / extent);
+      block.start[outer] += lo;
+      block.extent.dims[outer] = hi - lo;
+    } else if (part > 0) {
+      return;
+    }
+    copy_into_block(data_, from, block, L, streams(size));
   }
 
   /// After compare() on every device: the check_replicated error of the first device (in
