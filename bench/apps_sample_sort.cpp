@@ -9,8 +9,6 @@
 #include "report/apps.hpp"
 
 #include <algorithm>
-#include <limits>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,17 +75,6 @@ void omp_sample_sort(int d, const ss::Keys& keys, ss::Keys& out) {
   }  // the peers read a thread's block until here (the region's barrier)
 }
 
-/// 2^22 keys: uniform, or 90% one hot key.
-ss::Keys sort_problem(Index n, bool skewed) {
-  std::mt19937 gen(11);
-  std::uniform_int_distribution<ss::Key> any(std::numeric_limits<ss::Key>::min(),
-                                             std::numeric_limits<ss::Key>::max());
-  std::bernoulli_distribution hot(0.9);
-  ss::Keys keys(n);
-  for (Index k = 0; k < n; ++k) keys(k) = skewed && hot(gen) ? ss::Key{12345} : any(gen);
-  return keys;
-}
-
 }  // namespace
 
 void sample_sort(Env& env) {
@@ -98,7 +85,7 @@ void sample_sort(Env& env) {
   auto f = pmap::shard_map(ss::kernel("x"), mesh, {pmap::P("x")}, {pmap::P("x")});
   const Index n = Index{1} << 22;
   for (const bool skewed : {false, true}) {
-    const ss::Keys keys = sort_problem(n, skewed);
+    const ss::Keys keys = ss::make_keys(n, skewed, 11);
     ss::Keys out(n), out_omp(n);
     // Once before measuring: both give std::sort's order.
     f.into(out, keys);

@@ -19,8 +19,6 @@
 // Defaults: N = 2^22 keys, uniform, seed 7, D = 8 devices on T = 2 threads.
 #include <algorithm>
 #include <cstdio>
-#include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -40,15 +38,6 @@ auto sorter(const pmap::Mesh& mesh) {
   return pmap::shard_map(sample_sort::kernel("x"), mesh, {pmap::P("x")}, {pmap::P("x")});
 }
 
-Keys make_keys(Index n, bool skewed, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<Key> any(std::numeric_limits<Key>::min(), std::numeric_limits<Key>::max());
-  std::bernoulli_distribution hot(0.9);
-  Keys keys(n);
-  for (Index k = 0; k < n; ++k) keys(k) = skewed && hot(gen) ? Key{12345} : any(gen);
-  return keys;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,7 +55,7 @@ int main(int argc, char** argv) {
   pmap::Runtime rt({.num_devices = devices, .num_threads = threads});
   const pmap::Mesh mesh({{"x", devices}}, &rt);
   auto sort = sorter(mesh);
-  const Keys keys = make_keys(n, kind == "skewed", seed);
+  const Keys keys = sample_sort::make_keys(n, kind == "skewed", seed);
   Keys sorted;
   const double ms = examples::milliseconds([&] { sorted = sort(keys); });
 

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +90,17 @@ inline void merge_runs(const Key* in, const Index* offsets, const Index* sizes, 
     from = to;
     to = to == out ? scratch.data() : out;
   }
+}
+
+/// n keys drawn from `seed`: uniform over int32, or (skewed) 90% of them one hot key, so that
+/// one bucket holds most of them.
+inline Keys make_keys(Index n, bool skewed, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<Key> any(std::numeric_limits<Key>::min(), std::numeric_limits<Key>::max());
+  std::bernoulli_distribution hot(0.9);
+  Keys keys(n);
+  for (Index k = 0; k < n; ++k) keys(k) = skewed && hot(gen) ? Key{12345} : any(gen);
+  return keys;
 }
 
 /// The block of dimension `n` that block b of d gets (shard_map's uneven blocks, SPEC 9).

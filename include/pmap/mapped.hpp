@@ -159,7 +159,7 @@ class Mapped {
     if constexpr (sizeof...(Args) == 0) {
       detail::raise_no_arguments(options_.name);
     } else {
-      Context* const outer = enclosing_device();
+      Context* const outer = detail::enclosing_device(*runtime_);
       const int processes = outer ? 1 : runtime_->process_count();
       const int n = validate(processes, outer, args...);
       const detail::DispatchTimer timer;
@@ -187,12 +187,6 @@ class Mapped {
         return result;
       }
     }
-  }
-
-  /// The device whose kernel calls this function (nesting, SPEC 3.5), if of the same runtime.
-  Context* enclosing_device() const {
-    Context* outer = detail::this_thread().device;
-    return outer && detail::Access::runtime(*outer) == runtime_ ? outer : nullptr;
   }
 
   /// This call's n devices: the devices option, else the runtime's, from first_device().

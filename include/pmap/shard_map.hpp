@@ -123,7 +123,7 @@ class ShardMapped {
  private:
   template <class R, class Target, class... Args>
   auto run(Target* target, const Args&... args) const {
-    Context* const outer = enclosing_device();
+    Context* const outer = detail::enclosing_device(mesh_.runtime());
     validate<R>(outer, args...);
     detail::CallInfo call;
     call.n = mesh_.size();
@@ -154,12 +154,6 @@ class ShardMapped {
   }
 
   const detail::Partition& in_part(std::size_t k) const { return in_[in_.size() == 1 ? 0 : k].partition; }
-
-  /// The device whose kernel calls this function (nesting, SPEC 13), if of the same runtime.
-  Context* enclosing_device() const {
-    Context* outer = detail::this_thread().device;
-    return outer && detail::Access::runtime(*outer) == &mesh_.runtime() ? outer : nullptr;
-  }
 
   /// SPEC 9's errors, and nested (SPEC 13) the inner mesh's, before any kernel runs.
   template <class R, class... Args>

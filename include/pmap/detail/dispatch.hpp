@@ -80,6 +80,13 @@ class TeamLease {
   int base_ = 0;
 };
 
+/// The device whose kernel makes this call (nesting, SPEC 3.5 and 13), if it runs on
+/// `runtime`; a call from elsewhere is a top-level one.
+inline Context* enclosing_device(const Runtime& runtime) {
+  Context* outer = this_thread().device;
+  return outer && Access::runtime(*outer) == &runtime ? outer : nullptr;
+}
+
 /// The first device of this process's devices of a call over n devices per process (or of
 /// the outer device's inner devices, nested).
 int first_device(const Runtime& runtime, const Context* outer, int n);
