@@ -43,15 +43,20 @@ TeamLease::TeamLease(TeamCache& cache, const Runtime& runtime, const std::string
 
 TeamLease::TeamLease(TeamCache& cache, const Runtime& runtime, std::span<const AxisBinding> axes,
                      const CallInfo& call)
-    : cache_(&cache), team_(cache.take()) {
-  if (team_ && team_->size() == call.n) {
+    : cache_(&cache), team_(cache.take()), base_(call.span ? call.span->base() : 0) {
+  // Across processes the team is the global mesh's, of which this process runs its box.
+  const int global = call.span ? call.span->processes() * call.span->local() : call.n;
+  if (team_ && team_->size() == global) {
     team_->reset();
     return;
   }
   delete team_;
-  std::vector<int> ids(static_cast<std::size_t>(call.n));
-  for (int c = 0; c < call.n; ++c) ids[static_cast<std::size_t>(c)] = call.id(c);
-  team_ = new Team(call.n, axes, std::move(ids), runtime.num_threads());
+  std::vector<int> ids(static_cast<std::size_t>(global));
+  for (int c = 0; c < global; ++c)
+    ids[static_cast<std::size_t>(c)] = c >= base_ && c < base_ + call.n
+                                           ? call.id(c - base_)
+                                           : runtime.devices()[static_cast<std::size_t>(c)].id;
+  team_ = new Team(global, axes, std::move(ids), runtime.num_threads(), base_, call.n);
 }
 
 TeamLease::TeamLease(Context& outer, std::span<const AxisBinding> inner, const char* what,

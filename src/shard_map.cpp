@@ -73,10 +73,4 @@ void check_inner_mesh(const Context& outer, const Mesh& mesh, const std::string&
   if (needed > mesh.runtime().device_count()) raise_too_many_devices(needed, mesh.runtime().device_count());
 }
 
-void raise_shard_unsupported(const std::string& name, const std::string& why) {
-  raise_value_error(fmt::format("{} is not supported {} yet; call it from the host thread of a "
-                                "single-process runtime",
-                                name, why));
-}
-
 }  // namespace pmap::detail

@@ -5,7 +5,8 @@
 // waiting for a process that will never come. They must not wait forever: after 3 s each
 // process's watch ends the job with MPI_Abort and says why. The test passes when that message
 // appears in time and the job ends; the program cannot succeed (it returns 2 if the others
-// ever get past the call).
+// ever get past the call). With PMAP_STALL_SHARD_MAP set, the call is a shard_map across the
+// processes (SPEC 13) instead of a pmap.
 //
 // Process 1 does not go on to MPI_Finalize here: with a process inside MPI_Finalize while
 // the others end, Open MPI 4.1's mpirun itself may hang in its own teardown
@@ -18,6 +19,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
@@ -33,8 +35,15 @@ void prepare(int step, int process) {
 int main() {
   pmap::distributed::initialize();
   pmap::Runtime rt({.num_devices = 2, .num_threads = 2});
-  auto f = pmap::pmap([](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); },
-                      {.axis_name = "i", .runtime = &rt});
+  // The same program as a shard_map over every process's devices when PMAP_STALL_SHARD_MAP
+  // is set (its agreement on global shapes is the exchange the others wait in).
+  const bool shard = std::getenv("PMAP_STALL_SHARD_MAP") != nullptr;
+  auto psum = [](pmap::Context& ctx, auto v) { return ctx.psum(v, "i"); };
+  auto mapped = pmap::pmap(psum, {.axis_name = "i", .runtime = &rt});
+  auto sharded = pmap::shard_map(psum, pmap::Mesh({{"i", rt.device_count()}}, &rt), {pmap::P()}, {pmap::P()});
+  auto f = [&](const auto& v) -> Eigen::Tensor<float, 1, Eigen::RowMajor> {
+    return shard ? sharded(v) : mapped(v);
+  };
   Eigen::Tensor<float, 1, Eigen::RowMajor> x(2);
   x.setConstant(1.f);
   for (int step = 0; step < 4; ++step) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "pmap/context.hpp"
+#include "pmap/errors.hpp"
 #include "pmap/detail/arguments.hpp"
 #include "pmap/detail/blocks.hpp"
 #include "pmap/detail/diagnostics.hpp"
@@ -20,6 +22,7 @@
 #include "pmap/detail/engine.hpp"
 #include "pmap/detail/kernel.hpp"
 #include "pmap/detail/outputs.hpp"
+#include "pmap/detail/process_blocks.hpp"
 #include "pmap/detail/team.hpp"
 #include "pmap/mesh.hpp"
 #include "pmap/runtime.hpp"
@@ -46,7 +49,6 @@ std::vector<ResolvedSpec> resolve_specs(const Mesh& mesh, const std::vector<Part
                                   const Shape& shape);
 [[noreturn]] void raise_spec_splits_non_tensor(const std::string& name, std::size_t k,
                                                const char* dtype);
-[[noreturn]] void raise_shard_unsupported(const std::string& name, const std::string& why);
 /// A shard_map nested in the kernel of `outer` (SPEC 13): the inner mesh reuses no axis name
 /// of the enclosing calls, and the outer devices times the mesh fit the runtime (E7).
 void check_inner_mesh(const Context& outer, const Mesh& mesh, const std::string& name);
@@ -124,18 +126,22 @@ class ShardMapped {
   template <class R, class Target, class... Args>
   auto run(Target* target, const Args&... args) const {
     Context* const outer = detail::enclosing_device(mesh_.runtime());
-    validate<R>(outer, args...);
+    const int processes = outer ? 1 : mesh_.runtime().process_count();
+    std::optional<detail::ProcessSpan> span;
+    if (processes > 1)
+      span.emplace(agree<R>(args...));
+    else
+      validate<R>(outer, args...);
     detail::CallInfo call;
-    call.n = mesh_.size();
-    // Nested, the inner mesh gives names and sizes; the devices are the nested call's.
+    call.n = span ? span->local() : mesh_.size();
+    // Nested, the inner mesh gives names and sizes; the devices are the nested call's. Across
+    // processes, this process runs its box of the global mesh.
     call.devices = outer ? mesh_.runtime().devices().data() +
                                detail::first_device(mesh_.runtime(), outer, call.n)
-                         : mesh_.devices().data();
-    call.mesh.num_axes = static_cast<int>(axes_.size());
-    for (std::size_t a = 0; a < axes_.size(); ++a) {
-      call.mesh.sizes[a] = axes_[a].size;
-      call.mesh.names[a] = &axes_[a].name;
-    }
+                         : mesh_.devices().data() + (span ? span->base() : 0);
+    call.mesh = span ? span->local_mesh() : mesh_shape();
+    call.span = span ? &*span : nullptr;
+    call.first_position = span ? span->base() : 0;
     call.name = &options_.name;
     call.shard = true;
     auto views = [&](int i, detail::Staging& staging) {
@@ -149,8 +155,73 @@ class ShardMapped {
       return detail::TeamLease(cache_, mesh_.runtime(), axes_, call);
     };
     auto arguments = [&] { return detail::describe_arguments(args...); };
-    return detail::execute<R>(kernel_, out_, target, call, mesh_.runtime(), 1,
+    return detail::execute<R>(kernel_, out_, target, call, mesh_.runtime(), processes,
                               options_.check_replicated, lease, views, arguments);
+  }
+
+  detail::MeshShape mesh_shape() const {
+    detail::MeshShape shape;
+    shape.num_axes = static_cast<int>(axes_.size());
+    for (std::size_t a = 0; a < axes_.size(); ++a) {
+      shape.sizes[a] = axes_[a].size;
+      shape.names[a] = &axes_[a].name;
+    }
+    return shape;
+  }
+
+  /// Across processes (SPEC 13): this process's validation, the mesh's fit to the processes,
+  /// and the contiguity of every spec, then the agreement of every process on them and on
+  /// the global shapes; the same error on every process.
+  template <class R, class... Args>
+  detail::ProcessSpan agree(const Args&... args) const {
+    const Runtime& runtime = mesh_.runtime();
+    bool in_order = true;
+    for (int i = 0; in_order && i < mesh_.size(); ++i) in_order = mesh_.devices()[static_cast<std::size_t>(i)].id == i;
+    detail::ProcessSpan span(mesh_shape(), runtime.process_count(), runtime.local_device_count(),
+                             runtime.process_index(), in_order, options_.name);
+    std::exception_ptr error;
+    std::vector<detail::ProcessLeaf> leaves;
+    try {
+      validate<R>(nullptr, args...);
+      span.check();
+      for (std::size_t k = 0; k < out_resolved_.size(); ++k)
+        span.check_contiguous(out_resolved_[k].partition, "out_specs[" + std::to_string(k) + "]",
+                              "output " + std::to_string(k));
+      [&]<std::size_t... K>(std::index_sequence<K...>) {
+        (process_leaves(span, args, K, leaves), ...);
+      }(std::index_sequence_for<Args...>{});
+    } catch (const Error&) {
+      error = std::current_exception();
+    }
+    std::vector<detail::Partition> specs;
+    for (const detail::ResolvedSpec& r : in_) specs.push_back(r.partition);
+    span.agree_on_arguments(error, leaves, specs);
+    return span;
+  }
+
+  /// Argument k's leaves as this process passes them: shapes, and the hashes of those that
+  /// other processes replicate (check_replicated).
+  template <class Arg>
+  void process_leaves(const detail::ProcessSpan& span, const Arg& arg, std::size_t k,
+                      std::vector<detail::ProcessLeaf>& out) const {
+    const std::size_t s = in_.size() == 1 ? 0 : k;
+    auto fn = [&](const auto& leaf, const detail::LeafPath& path) {
+      using L = std::remove_cvref_t<decltype(leaf)>;
+      detail::ProcessLeaf p{path.str(), detail::leaf_dtype<L>(), 0, -1, detail::leaf_shape(leaf), 0};
+      if constexpr (detail::is_tensor_leaf_v<L>) {
+        using T = typename detail::tensor_leaf<L>::scalar;
+        p.layout = detail::tensor_leaf<L>::layout;
+        p.spec = static_cast<int>(s);
+        const detail::Partition& part = in_[s].partition;
+        span.check_contiguous(part, "in_specs[" + std::to_string(s) + "]", p.path);
+        if (options_.check_replicated && span.replicated(part))
+          p.hash = detail::hash_bytes(detail::kHashSeed, leaf.data(), static_cast<std::size_t>(leaf.size()) * sizeof(T));
+      } else if constexpr (std::is_arithmetic_v<L> && !std::is_same_v<L, long double>) {
+        if (options_.check_replicated) p.hash = detail::hash_bytes(detail::kHashSeed, &leaf, sizeof leaf);
+      }
+      out.push_back(std::move(p));
+    };
+    detail::for_each_leaf(arg, detail::LeafPath{nullptr, k}, fn);
   }
 
   const detail::Partition& in_part(std::size_t k) const { return in_[in_.size() == 1 ? 0 : k].partition; }
@@ -159,10 +230,6 @@ class ShardMapped {
   template <class R, class... Args>
   void validate(Context* outer, const Args&... args) const {
     if (outer) detail::check_inner_mesh(*outer, mesh_, options_.name);
-    if (mesh_.runtime().process_count() > 1)
-      detail::raise_shard_unsupported(
-          options_.name, "when the runtime spans " + std::to_string(mesh_.runtime().process_count()) +
-                             " processes");
     constexpr std::size_t nargs = sizeof...(Args);
     if (!(in_count_ == 1 || in_count_ == nargs || (nargs == 0 && in_count_ == 0)))
       detail::raise_spec_count(options_.name, "in_specs", in_count_, nargs, "arguments");

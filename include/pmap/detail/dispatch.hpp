@@ -58,7 +58,8 @@ class TeamLease {
   /// cache at the end of the call.
   TeamLease(TeamCache& cache, const Runtime& runtime, const std::string& axis_name, int n,
             int processes, const CallInfo& call);
-  /// A shard_map call's team over a mesh (one process): the cached one when it fits.
+  /// A shard_map call's team over a mesh (spanning the processes with call.span): the cached
+  /// one when it fits.
   TeamLease(TeamCache& cache, const Runtime& runtime, std::span<const AxisBinding> axes,
             const CallInfo& call);
   /// A nested call's team: the child of the nesting rendezvous (join_nested) over the inner

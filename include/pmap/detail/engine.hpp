@@ -60,8 +60,14 @@ auto execute(const Kernel& kernel, const Out& out, Target* target, const CallInf
       [&](std::exception_ptr failure) { team.team().fail(failure); });
   this_thread().device = caller;
   rethrow_failure(team.team(), processes);
-  check_same_collectives(team.team(), team.base(), call.n);
-  finish_outputs(outputs, call, runtime.pool(), check_replicated);
+  std::exception_ptr error;  // across processes, raised on all of them once they agree
+  try {
+    check_same_collectives(team.team(), team.base(), call.n);
+  } catch (...) {
+    if (!call.span) throw;
+    error = std::current_exception();
+  }
+  finish_outputs(outputs, call, runtime.pool(), check_replicated, error);
   return outputs.take();
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -243,20 +244,19 @@ inline constexpr std::size_t kParallelPassBytes = 256 * 1024;
 /// (a shard_map output of uneven blocks) is shared by the threads.
 inline constexpr int kPlaceParts = 4;
 
-/// After every device returned: each output's plan (shapes, result, target), then the
-/// comparison of replicas over the devices, and the copies of the blocks into place, in
-/// parallel when they are large (each block in kPlaceParts parts). Nothing is written when the
-/// comparison fails.
+/// The first part of finish_outputs(): each output's plan, then (check) the comparison of
+/// replicas over the devices. Returns whether copies are left, and (`parallel`) whether they
+/// are large enough for the threads.
 template <class Outputs>
-void finish_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool check) {
+bool plan_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool check, bool& parallel) {
   bool pass = false;
   std::size_t bytes = 0;
   outputs.each([&](auto& sink) {
     sink.plan();
     if (sink.pass(check)) pass = true, bytes += sink.bytes();
   });
-  if (!pass) return;
-  const bool parallel = bytes >= kParallelPassBytes;
+  if (!pass) return false;
+  parallel = bytes >= kParallelPassBytes;
   if (check && call.n > 1) {
     auto compare = [&](int i) { outputs.each([&](auto& sink) { sink.compare(i); }); };
     if (parallel)
@@ -265,6 +265,42 @@ void finish_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool che
       for (int i = 0; i < call.n; ++i) compare(i);
     outputs.each([](auto& sink) { sink.raise_mismatch(); });
   }
+  return true;
+}
+
+/// Across processes: this process's outputs planned (or `error`, its failure since the
+/// devices returned), then agreed with the other processes' (ProcessSpan::agree_on_outputs).
+template <class Outputs>
+bool agree_on_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool check,
+                      bool& parallel, std::exception_ptr error) {
+  bool pass = false;
+  std::vector<OutputDigest> digests;
+  if (!error) {
+    try {
+      pass = plan_outputs(outputs, call, pool, check, parallel);
+      outputs.each([&](auto& sink) {
+        if constexpr (requires { sink.digest(check); }) digests.push_back(sink.digest(check));
+      });
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  call.span->agree_on_outputs(error, digests);
+  return pass;
+}
+
+/// After every device returned: each output's plan (shapes, result, target), then the
+/// comparison of replicas over the devices, and the copies of the blocks into place, in
+/// parallel when they are large (each block in kPlaceParts parts). Nothing is written when the
+/// comparison fails. Across processes (call.span), the processes agree before the copies;
+/// `error` is this process's failure since its devices returned, raised on every process.
+template <class Outputs>
+void finish_outputs(Outputs& outputs, const CallInfo& call, Pool& pool, bool check,
+                    std::exception_ptr error = nullptr) {
+  bool parallel = false;
+  const bool pass = call.span ? agree_on_outputs(outputs, call, pool, check, parallel, error)
+                              : plan_outputs(outputs, call, pool, check, parallel);
+  if (!pass) return;
   if (!parallel) {
     for (int i = 0; i < call.n; ++i) outputs.each([&](auto& sink) { sink.place(i, 0, 1); });
     return;

@@ -5,13 +5,11 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstring>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -20,7 +18,10 @@
 #include "pmap/detail/blocks.hpp"
 #include "pmap/detail/pool.hpp"
 #include "pmap/detail/errors.hpp"
+#include "pmap/detail/hash.hpp"
 #include "pmap/detail/memory.hpp"
+#include "pmap/detail/once.hpp"
+#include "pmap/detail/process_blocks.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 #include "pmap/runtime.hpp"
 
@@ -40,53 +41,6 @@ Shape output_shape(const O& value) {
   }
 }
 
-/// A one-time initialisation shared by the devices of a call (an output's allocation): the
-/// first device to claim it does the work, the others wait (briefly: the owner is running,
-/// it does not wait for anyone meanwhile). The owner holds an Owner; unless it publishes,
-/// its destructor marks the work failed (an allocation that threw), and every waiter then
-/// throws Cancelled, leaving the owner's own exception to be the call's error. Without that,
-/// they would wait forever for work that will never be published.
-class Once {
-  enum State : int { idle, running, done, failed };
-
- public:
-  class Owner {
-   public:
-    explicit Owner(Once* once) : once_(once) {}
-    Owner(const Owner&) = delete;
-    Owner& operator=(const Owner&) = delete;
-    ~Owner() {
-      if (once_) once_->state_.store(failed, std::memory_order_release);
-    }
-    /// True for the one caller that must do the work and then publish().
-    explicit operator bool() const { return once_ != nullptr; }
-    void publish() {
-      once_->state_.store(done, std::memory_order_release);
-      once_ = nullptr;
-    }
-
-   private:
-    Once* once_;
-  };
-
-  Once() = default;
-  Once(const Once& other) : state_(other.state_.load(std::memory_order_relaxed)) {}
-
-  /// An engaged Owner for the first caller; for the others, returns once the work is
-  /// published, or throws Cancelled if it failed.
-  Owner claim() {
-    int seen = state_.load(std::memory_order_acquire);
-    if (seen == idle && state_.compare_exchange_strong(seen, running, std::memory_order_acq_rel))
-      return Owner(this);
-    while ((seen = state_.load(std::memory_order_acquire)) == running) std::this_thread::yield();
-    if (seen == failed) throw Cancelled{};
-    return Owner(nullptr);
-  }
-
- private:
-  std::atomic<int> state_{idle};
-};
-
 /// "float32", or "float32 (ColMajor)" for a column-major tensor: into() names the layout
 /// too, since a result of the wrong layout has the right shape and scalar type.
 template <class T>
@@ -101,7 +55,13 @@ struct CallInfo {
   MeshShape mesh;                   ///< the call's devices as a grid (pmap: one axis of n)
   const std::string* name = nullptr;  ///< the {name} of messages
   bool shard = false;               ///< shard_map's messages (pmap's otherwise)
+  /// A shard_map across processes: the global mesh, of which `mesh` is this process's box
+  /// (whose first device is at global mesh position `first_position`).
+  const ProcessSpan* span = nullptr;
+  int first_position = 0;
   int id(int i) const { return devices[i].id; }
+  /// Mesh position of call device i, for messages.
+  int position(int i) const { return first_position + i; }
 };
 
 /// An Eigen::Tensor or TensorMap of scalar T and layout L: its elements lie in memory, in
@@ -380,16 +340,14 @@ class BlockSink {
   /// Device i, if it is the first of its replicas: part `part` of `parts` of its block into
   /// the result (the block cut along its outermost dimension in memory).
   void place(int i, int part, int parts) {
-    const MeshShape& mesh = call_->mesh;
-    for (int a = 0; a < mesh.num_axes; ++a)
-      if (mesh.coord(i, a) != 0 && !partition_.names(a)) return;
+    if (!first_replica(i)) return;
     const Result& v = values_[static_cast<std::size_t>(i)];
     if (!placed_by_copy() || v.size() == 0) return;  // take() moves device 0's value
     Block block{full_, {}, shape(i)};
     for (int d = 0; d < R; ++d) {
       const auto u = static_cast<std::size_t>(d);
       if (d < partition_.rank && partition_.count[u] > 0)
-        block.start[u] = starts_[u][static_cast<std::size_t>(partition_.block_index(d, mesh, i))];
+        block.start[u] = starts_[u][static_cast<std::size_t>(partition_.block_index(d, call_->mesh, i))];
     }
     const auto size = static_cast<std::size_t>(v.size()) * sizeof(T);
     const T* from = v.data();
@@ -415,8 +373,22 @@ class BlockSink {
       if (m.peer < 0) continue;
       if (!call_->shard) raise_not_replicated(index_, i);
       raise_not_replicated_along(*call_->name, index_, *call_->mesh.names[static_cast<std::size_t>(m.axis)],
-                                 i, m.peer);
+                                 call_->position(i), call_->position(m.peer));
     }
+  }
+
+  /// Across processes (call.span), after plan(): this process block's shape and, when other
+  /// processes hold the same block and `check`, the hash of each distinct device block.
+  OutputDigest digest(bool check) const {
+    OutputDigest d{index_, partition_, full_, {}, {}};
+    if (!check || !call_->span->replicated(partition_)) return d;
+    for (int i = 0; i < call_->n; ++i) {
+      if (!first_replica(i)) continue;
+      const Result& v = values_[static_cast<std::size_t>(i)];
+      d.devices.push_back(i);
+      d.hashes.push_back(hash_bytes(kHashSeed, v.data(), static_cast<std::size_t>(v.size()) * sizeof(T)));
+    }
+    return d;
   }
 
   /// Whether the pass after the call has work: copies, or (check) replicas to compare.
@@ -445,12 +417,20 @@ class BlockSink {
     int peer = -1, axis = 0;
   };
   Shape shape(int i) const { return output_shape(values_[static_cast<std::size_t>(i)]); }
+  /// Device i is the first of its replicas (coordinate 0 on every axis the partition omits).
+  bool first_replica(int i) const {
+    const MeshShape& mesh = call_->mesh;
+    for (int a = 0; a < mesh.num_axes; ++a)
+      if (mesh.coord(i, a) != 0 && !partition_.names(a)) return false;
+    return true;
+  }
   /// A result that is device 0's value whole (nothing split, nothing bound) is moved, not copied.
   bool placed_by_copy() const { return bound_ || partition_.rank > 0; }
 
   [[noreturn]] void raise_shapes(int first, int i) const {
     if (!call_->shard) raise_output_shapes_differ(index_, call_->id(first), shape(first), call_->id(i), shape(i));
-    raise_block_shapes_differ(*call_->name, index_, call_->id(i), first, shape(first), i, shape(i));
+    raise_block_shapes_differ(*call_->name, index_, call_->id(i), call_->position(first), shape(first),
+                              call_->position(i), shape(i));
   }
 
   const CallInfo* call_;
