@@ -208,6 +208,20 @@ std::pair<int, int> ProcessSpan::blocks_of(const Partition& part, int d, int p) 
   return {first, count};
 }
 
+Block ProcessSpan::block(const Partition& part, const Shape& global) const {
+  Block b{global, {}, global};
+  for (int d = 0; d < part.rank && d < global.rank; ++d) {
+    const auto u = static_cast<std::size_t>(d);
+    if (part.count[u] == 0) continue;
+    const auto [first, count] = blocks_of(part, d, rank_);
+    const std::int64_t s = global.dims[u], k = part.blocks(d, mesh_);
+    const Range lo = block_range(s, k, first), hi = block_range(s, k, first + count - 1);
+    b.start[u] = lo.start;
+    b.extent.dims[u] = hi.start + hi.extent - lo.start;
+  }
+  return b;
+}
+
 void ProcessSpan::check_contiguous(const Partition& p, const std::string& spec,
                                    const std::string& what) const {
   const ProcessBox& box = boxes_[static_cast<std::size_t>(rank_)];  // every process's has these lengths

@@ -73,4 +73,26 @@ void check_inner_mesh(const Context& outer, const Mesh& mesh, const std::string&
   if (needed > mesh.runtime().device_count()) raise_too_many_devices(needed, mesh.runtime().device_count());
 }
 
+Block process_block_of(const Mesh& mesh, const PartitionSpec& spec, const Shape& global,
+                       const char* dtype) {
+  const std::string name = "process_block";
+  const ResolvedSpec r = resolve_specs(mesh, {spec}, "spec", name)[0];
+  if (r.entries > global.rank) raise_spec_rank(name, "spec", 0, r.entries, "the tensor", dtype, global);
+  const Runtime& runtime = mesh.runtime();
+  if (runtime.process_count() == 1) return Block{global, {}, global};
+  MeshShape shape;
+  shape.num_axes = static_cast<int>(mesh.axes().size());
+  for (std::size_t a = 0; a < mesh.axes().size(); ++a) {
+    shape.sizes[a] = mesh.axes()[a].second;
+    shape.names[a] = &mesh.axes()[a].first;
+  }
+  bool in_order = true;
+  for (int i = 0; in_order && i < mesh.size(); ++i) in_order = mesh.devices()[static_cast<std::size_t>(i)].id == i;
+  const ProcessSpan span(shape, runtime.process_count(), runtime.local_device_count(),
+                         runtime.process_index(), in_order, name);
+  span.check();
+  span.check_contiguous(r.partition, "spec", "the tensor");
+  return span.block(r.partition, global);
+}
+
 }  // namespace pmap::detail

@@ -156,6 +156,32 @@ TEST(MpiShardMap, MeshWithTheLocalAxisFirst) {
   }
 }
 
+TEST(MpiShardMap, ProcessBlockIsWhatEachProcessPasses) {
+  const pmap::Mesh mesh(proc_x(), multi);
+  const auto both = P(std::vector<std::string>{"proc", "x"});
+  const Mat x = global_input(1001, 5);
+  expect_equal(pmap::process_block(x, mesh, both), my_rows(x));  // uneven: 501/500 or 334/334/333
+  const Mat small = global_input(7 * procs() + 1, 6);
+  expect_equal(pmap::process_block(small, mesh, P("proc", "x")), rows_of(small, procs(), rank(), rank()));
+  expect_equal(pmap::process_block(small, mesh, P(pmap::none, "x")), small);  // no process-spanning axis
+  const Vec v = Vec(small.chip(0, 1));
+  expect_equal(pmap::process_block(v, mesh, P()), v);
+  // What it returns is what a call over the same mesh and spec accepts.
+  auto f = pmap::shard_map([](auto b) { return pmap::eval(b * 2.f); }, mesh, {both}, {both});
+  auto g = pmap::shard_map([](auto b) { return pmap::eval(b * 2.f); }, pmap::Mesh(proc_x(), single), {both}, {both});
+  expect_equal(f(pmap::process_block(x, mesh, both)), pmap::process_block(g(x), mesh, both));
+  // The call's errors, before anything is copied.
+  const std::string text = value_error_of([&] { pmap::process_block(x, mesh, P(std::vector<std::string>{"x", "proc"})); });
+  EXPECT_TRUE(contains(text, "process_block: spec splits dimension 0 of the tensor over mesh axes ('x', 'proc')")) << text;
+  const std::string rank3 = value_error_of([&] { pmap::process_block(x, mesh, P("proc", pmap::none, "x")); });
+  EXPECT_TRUE(contains(rank3, "process_block spec[0] has 3 entries, but the tensor has rank 2")) << rank3;
+  const std::string local = value_error_of([&] {
+    pmap::process_block(x, pmap::Mesh({{"x", kLocal}}, multi), P("x"));
+  });
+  EXPECT_TRUE(contains(local, "needs a Mesh of all")) << local;
+  EXPECT_THROW(pmap::process_block(x, mesh, P("y")), pmap::NameError);
+}
+
 TEST(MpiShardMap, NonContiguousSpecFailsOnEveryProcess) {
   auto f = pmap::shard_map([](auto b) { return pmap::eval(b * 2.f); }, pmap::Mesh(proc_x(), multi),
                            {P(std::vector<std::string>{"x", "proc"})}, {P(std::vector<std::string>{"proc", "x"})});

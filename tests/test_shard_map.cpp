@@ -169,6 +169,20 @@ TEST_P(ShardMap, BatchOf1001RowsOnEveryDevice) {
   EXPECT_TRUE(tensors_equal(y, want));
 }
 
+TEST_P(ShardMap, ProcessBlockOnOneProcessIsTheWholeTensor) {
+  const Mesh mesh({{"x", n()}}, &rt());
+  Tensor<float, 2, ColMajor> x(5, 3);
+  x.setRandom();
+  const Tensor<float, 2, ColMajor> block = pmap::process_block(x, mesh, P("x"));
+  ASSERT_EQ(block.dimensions(), x.dimensions());
+  for (Eigen::Index k = 0; k < x.size(); ++k) EXPECT_EQ(block.data()[k], x.data()[k]);
+  EXPECT_THROW(pmap::process_block(x, mesh, P("nope")), pmap::NameError);
+  expect_validation_error<pmap::ValueError>(
+      [&] { pmap::process_block(x, mesh, P("x", pmap::none, pmap::none)); },
+      "process_block spec[0] has 3 entries, but the tensor has rank 2 (float32[5,3]); a spec "
+      "may have at most one entry per dimension");
+}
+
 TEST_P(ShardMap, TwoAxisMeshSplitsRowsAndColumns) {
   if (n() < 4) GTEST_SKIP() << "needs 4 devices";
   const int a = 2, b = n() / 2;

@@ -52,6 +52,10 @@ std::vector<ResolvedSpec> resolve_specs(const Mesh& mesh, const std::vector<Part
 /// A shard_map nested in the kernel of `outer` (SPEC 13): the inner mesh reuses no axis name
 /// of the enclosing calls, and the outer devices times the mesh fit the runtime (E7).
 void check_inner_mesh(const Context& outer, const Mesh& mesh, const std::string& name);
+/// Where this process's block (SPEC 13) of a tensor of shape `global` split by `spec` over
+/// `mesh` lies in it: all of it on one process. Raises as a shard_map call would.
+Block process_block_of(const Mesh& mesh, const PartitionSpec& spec, const Shape& global,
+                       const char* dtype);
 
 template <class R>
 inline constexpr std::size_t output_count_v = result_kind<R>::count;
@@ -311,6 +315,36 @@ auto shard_map(F&& kernel, const Mesh& mesh, std::vector<PartitionSpec> in_specs
                std::vector<PartitionSpec> out_specs, ShardOptions options = {}) {
   return ShardMapped<std::decay_t<F>>(std::forward<F>(kernel), mesh, std::move(in_specs),
                                       std::move(out_specs), std::move(options));
+}
+
+/// @brief This process's *process block* of `global` (SPEC 13): the part of a tensor that
+/// `spec` splits over `mesh` which this process's devices hold, i.e. what each process
+/// passes to a shard_map over a mesh across processes (JAX:
+/// `multihost_utils.global_array_to_host_local_array`). A copy of `global` on one process,
+/// or where `spec` names no axis that spans processes. NameError for an axis the mesh lacks;
+/// ValueError where `spec` has more entries than `global` dimensions, the mesh does not span
+/// every process's devices in id order, or this process's blocks are not contiguous.
+///
+/// Example: 2 processes of 2 devices, 1001 rows over the 4 devices (blocks 251, 250, 250,
+/// 250): process 0 gets rows [0, 501), process 1 rows [501, 1001).
+/// @code
+///   pmap::Mesh mesh({{"proc", pmap::process_count()}, {"x", pmap::local_device_count()}});
+///   Eigen::Tensor<float, 2, Eigen::RowMajor> xs(1001, 8);   // the same on every process
+///   xs.setRandom();
+///   auto mine = pmap::process_block(xs, mesh, pmap::P(std::vector<std::string>{"proc", "x"}));
+/// @endcode
+template <class T, int R, int Layout, class Index>
+Eigen::Tensor<T, R, Layout, Index> process_block(const Eigen::Tensor<T, R, Layout, Index>& global,
+                                                 const Mesh& mesh, const PartitionSpec& spec) {
+  using L = Eigen::Tensor<T, R, Layout, Index>;
+  const detail::Block b =
+      detail::process_block_of(mesh, spec, detail::leaf_shape(global), detail::leaf_dtype<L>());
+  Eigen::array<Index, R> offsets{}, extents{};
+  for (int d = 0; d < R; ++d) {
+    offsets[static_cast<std::size_t>(d)] = static_cast<Index>(b.start[static_cast<std::size_t>(d)]);
+    extents[static_cast<std::size_t>(d)] = static_cast<Index>(b.extent.dims[static_cast<std::size_t>(d)]);
+  }
+  return global.slice(offsets, extents);
 }
 
 }  // namespace pmap

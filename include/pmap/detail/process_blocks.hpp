@@ -67,6 +67,8 @@ class ProcessSpan {
   /// ValueError unless every process's devices hold a contiguous range of blocks along every
   /// dimension `p` splits; `spec` is "in_specs[0]", `what` "args[1]" or "output 0".
   void check_contiguous(const Partition& p, const std::string& spec, const std::string& what) const;
+  /// Where this process's block of a tensor of shape `global` split by `p` lies in it.
+  Block block(const Partition& p, const Shape& global) const;
 
   /// Before any kernel runs: every process learns every other's verdict (`error`, or the
   /// leaves it passes), the mesh, the specs and the leaves' structure and types must be the
