@@ -16,9 +16,14 @@
 // backward error of every system (see backward_error), which says the solve is right
 // independently of the reference.
 //
+// Under `mpirun -np P` the mesh spans the D devices of each of the P processes: each process
+// passes the systems its devices' blocks cover (its process block, SPEC 13) and checks its
+// block of x the same way.
+//
 //   pmap_batched_solve [--size B] [--n N] [--devices D] [--threads T]
 //
-// Defaults: B = 1001 systems of N = 96 unknowns (float64), D = 8 devices on T = 2 threads.
+// Defaults: B = 1001 systems of N = 96 unknowns (float64), D = 8 devices on T = 2 threads
+// (per process).
 #define EIGEN_DONT_PARALLELIZE  // before any Eigen include: the devices are the parallelism
 
 #include <algorithm>
@@ -32,6 +37,7 @@
 #include <Eigen/Core>
 #include <Eigen/LU>
 
+#include <pmap/distributed.hpp>
 #include <pmap/pmap.hpp>
 
 #include "common.hpp"
@@ -132,13 +138,15 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-/// Whether device d solved the block size SPEC 9 gives it; else says which differs.
-bool counts_as_specified(const Counts& counts, long batch, int devices) {
-  for (int d = 0; d < devices; ++d) {
+/// Whether this process's devices (mesh positions first, first + 1, ...) solved the block
+/// sizes SPEC 9 gives them; else says which differs.
+bool counts_as_specified(const Counts& counts, long batch, int devices, int first) {
+  for (int l = 0; l < counts.dimension(0); ++l) {
+    const int d = first + l;
     const long want = batch / devices + (d < batch % devices ? 1 : 0);
-    if (counts(d) != want) {
+    if (counts(l) != want) {
       std::fprintf(stderr, "batched_solve: device %d solved %d systems, its block has %ld\n", d,
-                   counts(d), want);
+                   counts(l), want);
       return false;
     }
   }
@@ -172,25 +180,41 @@ double check(const Systems& a, const Vectors& r, const Vectors& x) {
   return worst;
 }
 
+/// The program proper, between initialize() and finalize(). Under mpirun the mesh spans
+/// every process's devices (--devices each): every process makes the same systems, passes
+/// the block of them its devices hold, and checks its block of x.
+bool run(const Args& args) {
+  pmap::Runtime rt({.num_devices = args.devices, .num_threads = args.threads});
+  const int devices = rt.device_count(), local = rt.local_device_count();
+  const pmap::Mesh mesh({{"batch", devices}}, &rt);
+  auto solve = batched_solver(mesh);
+
+  const auto [all_a, all_r] = make_systems(args.size, args.n);
+  const Systems a = pmap::process_block(all_a, mesh, pmap::P("batch"));
+  const Vectors r = pmap::process_block(all_r, mesh, pmap::P("batch"));
+  Vectors x(a.dimension(0), args.n);
+  Counts counts(local);
+  solve.into(std::tie(x, counts), a, r);
+
+  if (!counts_as_specified(counts, args.size, devices, rt.process_index() * local)) return false;
+  const double worst = check(a, r, x);
+  if (worst < 0) return false;
+  if (rt.process_index() == 0)
+    std::printf(
+        "batched_solve: %ld systems of %ld unknowns (float64) on %d %s x %d devices / %d "
+        "threads, blocks of %d to %d: bit-identical to the serial solve, worst backward error "
+        "%.2g%s\n",
+        args.size, args.n, rt.process_count(), rt.process_count() == 1 ? "process" : "processes", local, args.threads, counts(local - 1), counts(0),
+        worst, rt.process_count() > 1 ? " (process 0's systems)" : "");
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
-  pmap::Runtime rt({.num_devices = args.devices, .num_threads = args.threads});
-  const pmap::Mesh mesh({{"batch", args.devices}}, &rt);
-  auto solve = batched_solver(mesh);
-
-  const auto [a, r] = make_systems(args.size, args.n);
-  Vectors x(args.size, args.n);
-  Counts counts(args.devices);
-  solve.into(std::tie(x, counts), a, r);
-
-  if (!counts_as_specified(counts, args.size, args.devices)) return 1;
-  const double worst = check(a, r, x);
-  if (worst < 0) return 1;
-  std::printf(
-      "batched_solve: %ld systems of %ld unknowns (float64) on %d devices / %d threads, "
-      "blocks of %d to %d: bit-identical to the serial solve, worst backward error %.2g\n",
-      args.size, args.n, args.devices, args.threads, counts(args.devices - 1), counts(0), worst);
-  return 0;
+  pmap::distributed::initialize();  // under mpirun: one mesh over every process's devices
+  const bool ok = run(args);
+  pmap::distributed::finalize();
+  return ok ? 0 : 1;
 }

@@ -13,10 +13,14 @@
 // loss at every step and the same final parameters, up to float rounding (see kLossTolerance
 // for why it cannot be bitwise).
 //
+// Under `mpirun -np P` the mesh spans the D devices of each of the P processes: each process
+// passes its rows of the batch (its process block, SPEC 13); the pmean spans the processes.
+//
 //   pmap_train_mlp [--size B] [--steps S] [--devices D] [--threads T]
 //
-// Defaults: a batch of B = 4096 rows, S = 100 steps, D = 8 devices on T = 2 threads. The
-// batch need not divide by D: shard_map gives the devices blocks of B / D or B / D + 1 rows.
+// Defaults: a batch of B = 4096 rows, S = 100 steps, D = 8 devices on T = 2 threads (per
+// process). The batch need not divide by D: shard_map gives the devices blocks of B / D or
+// B / D + 1 rows.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include <pmap/distributed.hpp>
 #include <pmap/pmap.hpp>
 
 #include "common.hpp"
@@ -233,21 +238,24 @@ bool same_as_serial(const Problem& problem, const std::vector<float>& losses, co
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Args args = parse(argc, argv);
+/// The program proper, between initialize() and finalize(). Under mpirun the mesh spans
+/// every process's devices (--devices each): every process makes the same problem and passes
+/// the rows of it that its devices hold; the parameters and losses come back replicated.
+bool run(const Args& args) {
   pmap::Runtime rt({.num_devices = args.devices, .num_threads = args.threads});
-  const pmap::Mesh mesh({{"data", args.devices}}, &rt);
+  const int devices = rt.device_count();
+  const pmap::Mesh mesh({{"data", devices}}, &rt);
   const Problem problem = make_problem(args.size);
+  const Tensor2 x = pmap::process_block(problem.x, mesh, pmap::P("data"));
+  const Tensor2 y = pmap::process_block(problem.y, mesh, pmap::P("data"));
 
   // One training step: the block's gradients, one pmean of the whole tree over "data", and
   // the same update on every device. weight = D / B makes the pmean the batch mean.
-  const float weight = static_cast<float>(args.devices) / static_cast<float>(args.size);
+  const float weight = static_cast<float>(devices) / static_cast<float>(args.size);
   auto train_step = pmap::shard_map(
-      [weight](pmap::Context& ctx, const auto& params, auto x, auto y) {
+      [weight](pmap::Context& ctx, const auto& params, auto xb, auto yb) {
         const Model m = model(params);
-        const MatrixView xs(x.data(), x.dimension(0), kIn), ys(y.data(), y.dimension(0), 1);
+        const MatrixView xs(xb.data(), xb.dimension(0), kIn), ys(yb.data(), yb.dimension(0), 1);
         const auto mean = ctx.pmean(gradients(m, xs, ys, weight), "data");
         return std::tuple_cat(sgd(m, mean), std::make_tuple(std::get<4>(mean)));
       },
@@ -257,17 +265,30 @@ int main(int argc, char** argv) {
   Params params = problem.params;
   std::vector<float> losses;
   for (int s = 0; s < args.steps; ++s) {
-    auto [w1, b1, w2, b2, loss] = train_step(params, problem.x, problem.y);
+    auto [w1, b1, w2, b2, loss] = train_step(params, x, y);
     params = Params{std::move(w1), std::move(b1), std::move(w2), std::move(b2)};
     losses.push_back(loss());
   }
 
   double loss_apart = 0, param_apart = 0;
-  if (!same_as_serial(problem, losses, params, loss_apart, param_apart)) return 1;
-  std::printf(
-      "train_mlp: batch %ld, %d steps on %d devices / %d threads: loss %.6f -> %.6f, "
-      "equal to serial gradient descent (losses within %.1e, parameters within %.1e)\n",
-      args.size, args.steps, args.devices, args.threads, static_cast<double>(losses.front()),
-      static_cast<double>(losses.back()), loss_apart, param_apart);
-  return 0;
+  if (!same_as_serial(problem, losses, params, loss_apart, param_apart)) return false;
+  if (rt.process_index() == 0)
+    std::printf(
+        "train_mlp: batch %ld, %d steps on %d %s x %d devices / %d threads: loss %.6f -> "
+        "%.6f, equal to serial gradient descent (losses within %.1e, parameters within %.1e)\n",
+        args.size, args.steps, rt.process_count(),
+        rt.process_count() == 1 ? "process" : "processes", rt.local_device_count(), args.threads,
+        static_cast<double>(losses.front()), static_cast<double>(losses.back()), loss_apart,
+        param_apart);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  pmap::distributed::initialize();  // under mpirun: one mesh over every process's devices
+  const bool ok = run(args);
+  pmap::distributed::finalize();
+  return ok ? 0 : 1;
 }
