@@ -71,6 +71,7 @@
 #include "report/more_baselines.hpp"
 #if PMAP_BENCH_WITH_MPI
 #include "report/mpi.hpp"
+#include "report/mpi_apps.hpp"
 #endif
 #include "report/table.hpp"
 #include "report/workload.hpp"
@@ -777,16 +778,26 @@ constexpr Workload kWorkloads[] = {
 #if PMAP_BENCH_WITH_MPI
 /// Under mpirun: only the multi-process cases (every process runs them; process 0 reports).
 int run_mpi(const Env& env) {
-  pmap::distributed::initialize();
   // The processes of this node share its cores: unless told otherwise, each gets its share,
   // with one device per thread (oversubscribed cores would measure the OS scheduler).
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
   const int per_node = local ? std::max(1, std::atoi(local)) : 1;
+  const int procs = world ? std::max(1, std::atoi(world)) : 1;
   const int share = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / per_node);
   const int threads = env.opt.threads > 0 ? env.opt.threads : share;
   const int devices = env.opt.devices > 0 ? env.opt.devices : threads;
+  // The apps' baseline: one process with every process's devices and threads (created before
+  // initialize(), so that it does not span the processes).
+  pmap::Runtime alone({.num_devices = devices * procs, .num_threads = threads * procs});
+  pmap::distributed::initialize();
   std::vector<pr::Row> rows =
       pr::mpi_workloads(devices, threads, env.opt.quick, env.settings.rounds);
+  {
+    pmap::Runtime spanning({.num_devices = devices, .num_threads = threads});
+    for (pr::Row& row : pr::mpi_app_workloads(spanning, alone, env.opt.quick, env.settings.rounds))
+      rows.push_back(std::move(row));
+  }
   int rc = 0;
   if (pmap::process_index() == 0) {
     pr::Report report(pr::Machine::describe(pmap::device_count()));

@@ -25,16 +25,18 @@
 namespace pmap::report {
 
 /// @brief Rounds of (pmap, baseline) pairs: per-operation seconds of each, in the same run.
+/// `barrier` synchronises the processes around each timed run (MPI_Barrier unless given).
+inline void mpi_barrier() { MPI_Barrier(MPI_COMM_WORLD); }
 template <class Pmap, class Baseline>
 Row mpi_compare(const std::string& workload, const std::string& size, const std::string& base,
                 int rounds, int iterations, int ops, Pmap pmap_run, Baseline baseline_run,
-                Target target) {
+                Target target, void (*barrier)() = mpi_barrier) {
   std::vector<double> pmap_times, base_times, ratios;
   auto timed = [&](auto&& body) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     const double start = MPI_Wtime();
     for (int k = 0; k < iterations; ++k) body();
-    MPI_Barrier(MPI_COMM_WORLD);
+    barrier();
     return (MPI_Wtime() - start) / (static_cast<double>(iterations) * ops);
   };
   timed(pmap_run);  // warm-up
