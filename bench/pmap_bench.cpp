@@ -793,7 +793,7 @@ int run_mpi(const Env& env) {
   pmap::distributed::initialize();
   std::vector<pr::Row> rows =
       pr::mpi_workloads(devices, threads, env.opt.quick, env.settings.rounds);
-  {
+  if (pr::mpi_apps_fit(threads * procs, per_node == procs)) {
     pmap::Runtime spanning({.num_devices = devices, .num_threads = threads});
     for (pr::Row& row : pr::mpi_app_workloads(spanning, alone, env.opt.quick, env.settings.rounds))
       rows.push_back(std::move(row));

@@ -15,8 +15,11 @@
 
 #include <mpi.h>
 
+#include <sched.h>
 #include <time.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -28,16 +31,41 @@
 
 namespace pmap::report {
 
-/// @brief A barrier that sleeps between polls (OpenMPI's MPI_Barrier spins a core).
+/// @brief A barrier that sleeps between polls (OpenMPI's MPI_Barrier spins a core): the
+/// pauses double from 20 us to 1 ms, so that a process waiting out the baseline's whole run
+/// wakes about a thousand times a second, and peers that arrive together still meet within
+/// microseconds.
 inline void quiet_barrier() {
   MPI_Request request;
   MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  for (int done = 0;;) {
+  for (long pause_ns = 20000;; pause_ns = std::min(2 * pause_ns, 1000000L)) {
+    int done = 0;
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    const timespec pause{0, 20000};  // 20 us
+    const timespec pause{0, pause_ns};
     nanosleep(&pause, nullptr);
   }
+}
+
+/// @brief Whether the rows can be honest here, agreed by every process: the baseline's one
+/// process needs `alone_threads` cores of its own, so every process must be on one node and
+/// allowed to run on that many cores (mpirun binds each process to one core by default for
+/// up to 2 processes: run it with `--bind-to none`). Process 0 says why not.
+inline bool mpi_apps_fit(int alone_threads, bool one_node) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+  int fits = one_node && cores >= alone_threads ? 1 : 0, all = 0;
+  MPI_Allreduce(&fits, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (all == 0 && rank == 0)
+    std::fprintf(stderr,
+                 "pmap-bench: mpi_mlp_step and mpi_batched_solve left out: they need every "
+                 "process on one node, each allowed %d cores (this process: %d; run mpirun "
+                 "--bind-to none)\n",
+                 alone_threads, cores);
+  return all == 1;
 }
 
 /// @brief One SGD step of report/apps.hpp's MLP over a one-axis mesh "x": parameters
