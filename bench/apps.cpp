@@ -33,6 +33,7 @@
 // own inside every pmap kernel (report/apps.hpp).
 #define EIGEN_DONT_PARALLELIZE
 
+#include "report/app_kernels.hpp"
 #include "report/apps.hpp"
 
 #include <cmath>
@@ -76,18 +77,7 @@ void batched_solve(Env& env) {
   const int t = env.threads_for(d);
   pmap::Runtime rt({.num_devices = d, .num_threads = t});
   const pmap::Mesh mesh({{"x", d}}, &rt);
-  // Each device solves the systems of its block (a [rows, n, n], r [rows, n]: zero-copy
-  // views) with one factorisation, into the [rows, n] block it returns.
-  auto f = pmap::shard_map(
-      [](auto a, auto r) {
-        const Index rows = a.dimension(0), n = a.dimension(1);
-        TensorD2 x(rows, n);
-        SolveLU lu(n);
-        for (Index s = 0; s < rows; ++s)
-          solve_system(lu, a.data() + s * n * n, r.data() + s * n, x.data() + s * n, n);
-        return x;
-      },
-      mesh, {pmap::P("x")}, {pmap::P("x")});
+  auto f = batch_solver(mesh);
   const std::pair<Index, Index> sizes[] = {{1024, 32}, {1001, 32}, {1001, 8}};
   for (const auto& [batch, n] : sizes) {
     TensorD3 a(batch, n, n);
@@ -165,18 +155,7 @@ void mlp_step(Env& env) {
   std::vector<MlpWork> work(static_cast<std::size_t>(d)), omp_work(static_cast<std::size_t>(t));
   Tensor2 slots(t, kMlpParams);
 
-  // Parameters replicated, the batch split: each device the gradient of its block, one
-  // pmean of the flat gradient, and every device the same update, returned replicated.
-  const float weight = static_cast<float>(d) / static_cast<float>(kMlpBatch);
-  auto f = pmap::shard_map(
-      [&work, weight](pmap::Context& ctx, auto params, auto xs, auto ys) {
-        Tensor1 grad(kMlpParams);
-        mlp_gradient(params.data(), xs.data(), ys.data(), xs.dimension(0), weight, grad.data(),
-                     work[static_cast<std::size_t>(ctx.axis_index("x"))]);
-        const Tensor1 mean = ctx.pmean(std::move(grad), "x");
-        return pmap::eval(params - kMlpRate * mean);
-      },
-      mesh, {pmap::P(), pmap::P("x"), pmap::P("x")}, {pmap::P()});
+  auto f = mlp_stepper(mesh, work, kMlpBatch);
 
   // Once before measuring: both take the same step (up to the order of the float sums).
   f.into(next, theta, x, y);

@@ -123,6 +123,12 @@ std::string axis_list(const Partition& part, int d, const MeshShape& mesh) {
 
 std::string spec_name(int spec) { return fmt::format("in_specs[{}]", spec); }
 
+/// The spec a leaf follows: its in_spec, or none (replicated) for a leaf of no spec.
+const Partition& spec_of(const ProcessLeaf& leaf, std::span<const Partition> specs) {
+  static const Partition none;
+  return leaf.spec >= 0 ? specs[static_cast<std::size_t>(leaf.spec)] : none;
+}
+
 bool splits(const Partition& part, int d) {
   return d < part.rank && part.count[static_cast<std::size_t>(d)] > 0;
 }
@@ -294,8 +300,7 @@ void ProcessSpan::check_leaf_sizes(const std::vector<std::vector<ProcessLeaf>>& 
   const std::vector<ProcessLeaf>& first = all[0];
   for (std::size_t l = 0; l < first.size(); ++l) {
     const ProcessLeaf& leaf = first[l];
-    const Partition none;
-    const Partition& part = leaf.spec >= 0 ? specs[static_cast<std::size_t>(leaf.spec)] : none;
+    const Partition& part = spec_of(leaf, specs);
     for (int d = 0; d < leaf.shape.rank; ++d) {
       const auto u = static_cast<std::size_t>(d);
       auto size = [&](int p) { return all[static_cast<std::size_t>(p)][l].shape.dims[u]; };
@@ -339,8 +344,7 @@ void ProcessSpan::check_leaf_bits(const std::vector<std::vector<ProcessLeaf>>& a
   const std::vector<ProcessLeaf>& first = all[0];
   for (std::size_t l = 0; l < first.size(); ++l) {
     const ProcessLeaf& leaf = first[l];
-    const Partition none;
-    const Partition& part = leaf.spec >= 0 ? specs[static_cast<std::size_t>(leaf.spec)] : none;
+    const Partition& part = spec_of(leaf, specs);
     for (int q = 1; q < processes_; ++q)
       for (int p = 0; p < q; ++p) {
         if (!same_blocks(part, p, q)) continue;

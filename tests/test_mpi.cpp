@@ -6,8 +6,9 @@
 #include <pmap/distributed.hpp>
 #include <pmap/pmap.hpp>
 
+#include "mpi_test_main.hpp"
+
 #include <algorithm>
-#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -512,30 +513,8 @@ TEST(Mpi, TraceWritesOneFilePerProcess) {
   }
 }
 
-/// The other processes report only their failures, tagged with the process.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[process %d] %s:%d: %s\n", rank(), result.file_name(),
-                   result.line_number(), result.summary());
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  single = new pmap::Runtime({.num_devices = 16, .num_threads = 2});
-  pmap::distributed::initialize();
-  multi = new pmap::Runtime({.num_devices = kLocal, .num_threads = 2});
-  if (rank() != 0) {  // one report, from process 0; every process still runs every test
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter);
-  }
-  const int failed = RUN_ALL_TESTS();
-  delete multi;
-  delete single;
-  pmap::distributed::finalize();
-  return failed;
+  return pmap_test::run_mpi_suite(argc, argv, 16, kLocal, single, multi);
 }

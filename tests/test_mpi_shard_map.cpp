@@ -6,7 +6,8 @@
 #include <pmap/distributed.hpp>
 #include <pmap/pmap.hpp>
 
-#include <cstdio>
+#include "mpi_test_main.hpp"
+
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -290,30 +291,8 @@ TEST(MpiShardMap, MeshMustSpanEveryProcess) {
   EXPECT_TRUE(contains(text, "needs a Mesh of all " + std::to_string(procs() * kLocal) + " devices")) << text;
 }
 
-/// The other processes report only their failures, tagged with the process.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[process %d] %s:%d: %s\n", rank(), result.file_name(),
-                   result.line_number(), result.summary());
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  single = new pmap::Runtime({.num_devices = 8, .num_threads = 2});
-  pmap::distributed::initialize();
-  multi = new pmap::Runtime({.num_devices = kLocal, .num_threads = 2});
-  if (rank() != 0) {  // one report, from process 0; every process still runs every test
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter);
-  }
-  const int failed = RUN_ALL_TESTS();
-  delete multi;
-  delete single;
-  pmap::distributed::finalize();
-  return failed;
+  return pmap_test::run_mpi_suite(argc, argv, 8, kLocal, single, multi);
 }

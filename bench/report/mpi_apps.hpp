@@ -25,7 +25,7 @@
 
 #include <pmap/pmap.hpp>
 
-#include "apps.hpp"
+#include "app_kernels.hpp"
 #include "mpi.hpp"
 #include "table.hpp"
 
@@ -66,36 +66,6 @@ inline bool mpi_apps_fit(int alone_threads, bool one_node) {
                  "--bind-to none)\n",
                  alone_threads, cores);
   return all == 1;
-}
-
-/// @brief One SGD step of report/apps.hpp's MLP over a one-axis mesh "x": parameters
-/// replicated, the batch split, one pmean of the gradient. `work` has a slot per device.
-inline auto mlp_stepper(const pmap::Mesh& mesh, std::vector<MlpWork>& work, Eigen::Index batch) {
-  using Tensor1 = Eigen::Tensor<float, 1, Eigen::RowMajor>;
-  const float weight = static_cast<float>(mesh.size()) / static_cast<float>(batch);
-  return pmap::shard_map(
-      [&work, weight](pmap::Context& ctx, auto params, auto xs, auto ys) {
-        Tensor1 grad(kMlpParams);
-        mlp_gradient(params.data(), xs.data(), ys.data(), xs.dimension(0), weight, grad.data(),
-                     work[static_cast<std::size_t>(ctx.axis_index("x"))]);
-        const Tensor1 mean = ctx.pmean(std::move(grad), "x");
-        return pmap::eval(params - kMlpRate * mean);
-      },
-      mesh, {pmap::P(), pmap::P("x"), pmap::P("x")}, {pmap::P()});
-}
-
-/// @brief A batch of systems over a one-axis mesh "x", each device its block.
-inline auto batch_solver(const pmap::Mesh& mesh) {
-  return pmap::shard_map(
-      [](auto a, auto r) {
-        const Eigen::Index rows = a.dimension(0), n = a.dimension(1);
-        Eigen::Tensor<double, 2, Eigen::RowMajor> x(rows, n);
-        SolveLU lu(n);
-        for (Eigen::Index s = 0; s < rows; ++s)
-          solve_system(lu, a.data() + s * n * n, r.data() + s * n, x.data() + s * n, n);
-        return x;
-      },
-      mesh, {pmap::P("x")}, {pmap::P("x")});
 }
 
 /// @brief The rows: `spanning` (P processes, every process calls this) against `alone` (a
