@@ -67,8 +67,10 @@ std::shared_ptr<Team> join_nested(Context& outer, std::span<const AxisBinding> i
   Member& me = Access::member(outer);
   Team& team = *me.team;
   if (team.distributed())
-    raise_value_error("pmap: a pmap nested inside a multi-process pmap is not supported; map "
-                      "the processes' axis innermost or flatten the two axes into one");
+    raise_value_error(fmt::format(
+        "{0}: a {0} nested inside a call across processes is not supported; map the "
+        "processes' axis innermost or flatten the two axes into one",
+        what));
   const int depth = team.num_axes();
   const int added = static_cast<int>(inner.size());
   if (depth + added > kMaxAxes)

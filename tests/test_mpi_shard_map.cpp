@@ -282,6 +282,28 @@ TEST(MpiShardMap, KernelThatThrowsOnOneProcessFailsEverywhere) {
   for (Eigen::Index k = 0; k < got.size(); ++k) EXPECT_EQ(got(k), static_cast<float>(procs()));
 }
 
+TEST(MpiShardMap, NestedShardMapIsAValueErrorOnEveryProcess) {
+  auto f = pmap::shard_map(
+      [](auto b) {
+        auto inner = pmap::shard_map([](auto c) { return pmap::eval(c * 1.f); },
+                                     pmap::Mesh({{"y", 1}}, multi), {P()}, {P()});
+        return inner(b);
+      },
+      pmap::Mesh(proc_x(), multi), {P()}, {P()});
+  Vec v(4);
+  v.setZero();
+  const std::string text = value_error_of([&] { f(v); });
+  EXPECT_TRUE(contains(text, "shard_map: a shard_map nested inside a call across processes is "
+                             "not supported")) << text;
+  // The processes are still in step: the next call runs.
+  auto g = pmap::shard_map([](pmap::Context& ctx, auto b) { return ctx.psum(b, "proc"); },
+                           pmap::Mesh(proc_x(), multi), {P()}, {P("x")});
+  v.setConstant(1.f);
+  const Vec got = g(v);
+  ASSERT_EQ(got.dimension(0), 8);
+  EXPECT_EQ(got(0), static_cast<float>(procs()));
+}
+
 TEST(MpiShardMap, MeshMustSpanEveryProcess) {
   auto f = pmap::shard_map([](auto b) { return pmap::eval(b * 1.f); }, pmap::Mesh({{"x", kLocal}}, multi),
                            {P("x")}, {P("x")});
