@@ -16,7 +16,8 @@ void resolve_axes(const Team& team, const AxisNames& axes, std::vector<int>& out
     out.push_back(team.num_axes() - 1);
     return;
   }
-  for (const std::string& name : axes.names()) {
+  for (std::size_t k = 0; k < axes.size(); ++k) {
+    const std::string_view name = axes.name(k);
     int found = -1;
     if (!name.empty())
       for (int a = team.num_axes() - 1; a >= 0; --a)  // inner bindings shadow outer ones
@@ -24,7 +25,7 @@ void resolve_axes(const Team& team, const AxisNames& axes, std::vector<int>& out
           found = a;
           break;
         }
-    if (found < 0) raise_unbound_axis(name);
+    if (found < 0) raise_unbound_axis(std::string(name));
     out.push_back(found);
   }
 }

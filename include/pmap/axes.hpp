@@ -69,7 +69,8 @@ inline constexpr tiled_t tiled{0};
 /// @brief The axes a collective runs over: one name, several (one flattened axis,
 /// row-major in the listed order), or {} for the innermost axis.
 ///
-/// Holds up to 8 names inline, so naming an axis does not allocate for short names.
+/// Holds up to 8 names in one string (each ended by '\0'), so that naming a short axis does
+/// not allocate and a copy (a started collective keeps one) is one short string's copy.
 class AxisNames {
  public:
   static constexpr int kMaxNames = 8;
@@ -80,16 +81,24 @@ class AxisNames {
   AxisNames(std::initializer_list<std::string_view> names) {
     for (auto n : names) add(n);
   }
-  /// @brief The listed names; empty for the innermost axis.
-  std::span<const std::string> names() const { return {names_.data(), count_}; }
+  /// @brief How many names are listed; 0 for the innermost axis.
+  std::size_t size() const { return count_; }
+  /// @brief The k-th listed name (k < size()).
+  std::string_view name(std::size_t k) const {
+    std::size_t begin = 0;
+    for (std::size_t i = 0; i < k; ++i) begin = chars_.find('\0', begin) + 1;
+    return std::string_view(chars_).substr(begin, chars_.find('\0', begin) - begin);
+  }
   bool innermost() const { return count_ == 0; }
 
  private:
   void add(std::string_view name) {
-    if (count_ == names_.size()) throw std::length_error("pmap::AxisNames holds at most 8 names");
-    names_[count_++] = std::string(name);
+    if (count_ == kMaxNames) throw std::length_error("pmap::AxisNames holds at most 8 names");
+    chars_.append(name);
+    chars_.push_back('\0');
+    ++count_;
   }
-  std::array<std::string, kMaxNames> names_{};
+  std::string chars_;
   std::size_t count_ = 0;
 };
 

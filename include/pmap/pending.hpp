@@ -172,42 +172,42 @@ class Pending {
 // ---- the *_start members (SPEC 11) ------------------------------------------------------
 template <class X>
 auto Context::psum_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.psum(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::pmean_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.pmean(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::pmax_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.pmax(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::pmin_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes, groups](Context& c, auto&& v) {
+  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.pmin(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::all_gather_start(X&& x, AxisNames axes, int axis, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes, axis, groups](Context& c, auto&& v) {
+  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
     return c.all_gather(std::forward<decltype(v)>(v), axes, axis, groups);
   });
 }
 
 template <class X>
 auto Context::all_gather_start(X&& x, AxisNames axes, int axis, tiled_t, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes, axis, groups](Context& c, auto&& v) {
+  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
     return c.all_gather(std::forward<decltype(v)>(v), axes, axis, tiled, groups);
   });
 }
@@ -216,7 +216,7 @@ template <class X>
 auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension,
                                  const Groups& groups) {
   return detail::start(*this, std::forward<X>(x),
-                       [axes, scatter_dimension, groups](Context& c, auto&& v) {
+                       [axes = std::move(axes), scatter_dimension, groups](Context& c, auto&& v) {
                          return c.psum_scatter(std::forward<decltype(v)>(v), axes,
                                                scatter_dimension, groups);
                        });
@@ -226,7 +226,7 @@ template <class X>
 auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension, tiled_t,
                                  const Groups& groups) {
   return detail::start(*this, std::forward<X>(x),
-                       [axes, scatter_dimension, groups](Context& c, auto&& v) {
+                       [axes = std::move(axes), scatter_dimension, groups](Context& c, auto&& v) {
                          return c.psum_scatter(std::forward<decltype(v)>(v), axes,
                                                scatter_dimension, tiled, groups);
                        });
@@ -236,7 +236,7 @@ template <class X>
 auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis,
                                const Groups& groups) {
   return detail::start(*this, std::forward<X>(x),
-                       [axes, split_axis, concat_axis, groups](Context& c, auto&& v) {
+                       [axes = std::move(axes), split_axis, concat_axis, groups](Context& c, auto&& v) {
                          return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
                                              concat_axis, groups);
                        });
@@ -246,7 +246,7 @@ template <class X>
 auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
                                const Groups& groups) {
   return detail::start(*this, std::forward<X>(x),
-                       [axes, split_axis, concat_axis, groups](Context& c, auto&& v) {
+                       [axes = std::move(axes), split_axis, concat_axis, groups](Context& c, auto&& v) {
                          return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
                                              concat_axis, tiled, groups);
                        });
@@ -254,7 +254,7 @@ auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat
 
 template <class X>
 auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
-  return detail::start(*this, std::forward<X>(x), [axes, perm](Context& c, auto&& v) {
+  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), perm](Context& c, auto&& v) {
     return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
   });
 }
