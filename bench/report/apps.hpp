@@ -140,11 +140,19 @@ inline constexpr float kHeatR = 0.25f;
 /// @brief One time step of a block of m >= 2 points, u[m] into next[m], with the points
 /// just outside it (`left` of u[0], `right` of u[m - 1]): the same float expression for
 /// every point whoever updates the block, so any split of a grid gives the same bits.
+inline float heat_point(float l, float c, float r) { return c + kHeatR * ((l + r) - 2.f * c); }
+/// @brief The points of a block (m >= 2) that need no halo: next[1, m - 1).
+inline void heat_interior(const float* u, float* next, Eigen::Index m) {
+  for (Eigen::Index k = 1; k + 1 < m; ++k) next[k] = heat_point(u[k - 1], u[k], u[k + 1]);
+}
+/// @brief The two points that need the halos `left` and `right`.
+inline void heat_edges(const float* u, float left, float right, float* next, Eigen::Index m) {
+  next[0] = heat_point(left, u[0], u[1]);
+  next[m - 1] = heat_point(u[m - 2], u[m - 1], right);
+}
 inline void heat_block(const float* u, float left, float right, float* next, Eigen::Index m) {
-  auto heat = [](float l, float c, float r) { return c + kHeatR * ((l + r) - 2.f * c); };
-  next[0] = heat(left, u[0], u[1]);
-  for (Eigen::Index k = 1; k + 1 < m; ++k) next[k] = heat(u[k - 1], u[k], u[k + 1]);
-  next[m - 1] = heat(u[m - 2], u[m - 1], right);
+  heat_interior(u, next, m);
+  heat_edges(u, left, right, next, m);
 }
 
 /// @brief A grid of n points: a hot band, a cold band and a slope.
