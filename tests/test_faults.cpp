@@ -277,6 +277,37 @@ TEST_P(AllocationFaults, AllGatherAndAllToAll) {
   });
 }
 
+TEST_P(AllocationFaults, StartedCollectivesInFlight) {
+  // Three started collectives (SPEC 11), a staged and a large one among them, waited for in
+  // the other order: any allocation of the starts, the runs or the waits may fail.
+  const Index len = 4096;
+  const F2 x = rows(ni(), len);
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, View<float, 1, RowMajor> v) {
+        const F1 head = pmap::eval(v.slice(Eigen::array<Index, 1>{0}, Eigen::array<Index, 1>{8}));
+        auto sum = ctx.psum_start(v, "i");
+        auto shifted = ctx.ppermute_start(head, "i", ring(ctx.axis_size(), 1));
+        auto gathered = ctx.all_gather_start(head, "i");
+        const Eigen::Tensor<float, 0, RowMajor> g = gathered.wait().sum();
+        const F1 p = shifted.wait();
+        F1 out = sum.wait();
+        for (Index k = 0; k < 8; ++k) out(k) += p(k) + g();
+        return out;
+      },
+      on_axis(rt()));
+  const F1 sums = column_sums(x);
+  float all_heads = 0.f;
+  for (Index k = 0; k < 8; ++k) all_heads += sums(k);
+  fail_each_allocation("started psum, ppermute and all_gather", [&] { return f(x); },
+                       [&](const F2& r) {
+                         for (int d = 0; d < n(); ++d)
+                           for (Index k = 0; k < len; ++k) {
+                             const float from = k < 8 ? x((d + n() - 1) % n(), k) + all_heads : 0.f;
+                             EXPECT_EQ(r(d, k), sums(k) + from) << "device " << d << " element " << k;
+                           }
+                       });
+}
+
 TEST_P(AllocationFaults, NestedPmap) {
   const Index outer_n = n() >= 2 ? 2 : 1;
   const Index inner_n = ni() / outer_n;
@@ -453,6 +484,70 @@ TEST_P(KernelFaults, ThrowAtEveryCollectiveOnEveryDevice) {
     }
   std::printf("[ faults ] %d kernel-exception points injected on %d devices, %d threads\n", injected,
               n(), GetParam().threads);
+}
+
+/// Started collectives (SPEC 11): device d throws just before start or wait j, for every d
+/// and j, with up to three collectives in flight; the Pendings it drops while unwinding are
+/// never waited, and no peer may be left waiting for them or read what they held.
+TEST_P(KernelFaults, ThrowAtEveryStartAndWaitOnEveryDevice) {
+  constexpr int kPoints = 7;
+  constexpr Index kLen = 2048;
+  const F2 x = rows(ni(), kLen);
+  std::atomic<int> fail_device{-1};
+  std::atomic<int> fail_point{-1};
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, View<float, 1, RowMajor> v) {
+        const int me = ctx.axis_index();
+        auto maybe_throw = [&](int j) {
+          if (me == fail_device.load() && j == fail_point.load()) throw Injected(me, j);
+        };
+        const F1 head = pmap::eval(v.slice(Eigen::array<Index, 1>{0}, Eigen::array<Index, 1>{8}));
+        maybe_throw(0);
+        auto sum = ctx.psum_start(v, "i");  // 8 KiB over the whole axis: staged
+        maybe_throw(1);
+        auto shifted = ctx.ppermute_start(head, "i", ring(ctx.axis_size(), 1));
+        maybe_throw(2);
+        auto top = ctx.pmax_start(v, "i", pairs(ctx.axis_size()));
+        maybe_throw(3);
+        const F1 p = shifted.wait();
+        maybe_throw(4);
+        F1 out = sum.wait();
+        maybe_throw(5);
+        const F1 c = top.wait();
+        maybe_throw(6);
+        for (Index k = 0; k < kLen; ++k) out(k) += c(k) + (k < 8 ? p(k) : 0.f);
+        return out;
+      },
+      on_axis(rt()));
+  const F1 sums = column_sums(x);
+  F2 expected(ni(), kLen);
+  for (int d = 0; d < n(); ++d) {
+    const auto group = group_of(pairs(n()), n(), d).first;
+    for (Index k = 0; k < kLen; ++k) {
+      float m = x(group[0], k);
+      for (int member : group) m = std::max(m, x(member, k));
+      expected(d, k) = sums(k) + m + (k < 8 ? x((d + n() - 1) % n(), k) : 0.f);
+    }
+  }
+  EXPECT_TRUE(tensors_equal(f(x), expected));
+  Watchdog watchdog("test_faults", kFaultLimit);
+  for (int d = 0; d < n(); ++d)
+    for (int j = 0; j < kPoints; ++j) {
+      fail_device = d;
+      fail_point = j;
+      watchdog.arm("device " + std::to_string(d) + " throws before start or wait " + std::to_string(j));
+      try {
+        f(x);
+        ADD_FAILURE() << "device " << d << " point " << j << ": no exception";
+      } catch (const Injected& e) {
+        EXPECT_EQ(e.device, d);
+        EXPECT_EQ(e.step, j);
+      }
+      fail_device = -1;
+      EXPECT_TRUE(tensors_equal(f(x), expected)) << "after device " << d << " threw at " << j;
+      watchdog.disarm();
+      if (testing::Test::HasFailure()) return;
+    }
 }
 
 PMAP_TEST_INSTANTIATE(KernelFaults);

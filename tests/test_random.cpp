@@ -156,6 +156,11 @@ struct Geometry {
 
 enum class Delay { none, yield, sleep };
 
+/// How a step's collective is called (SPEC 11): blocking; started and waited for after the
+/// late device's delay; or started twice on the same operand, the later one waited first and
+/// both results compared.
+enum class Start { blocking, started, twice };
+
 /// One collective of a program.
 struct Step {
   Kind kind = Kind::psum;
@@ -166,6 +171,7 @@ struct Step {
   bool donate = false;                    ///< reductions: the operand is moved in
   int late = -1;                          ///< a device that arrives late (-1: none)
   Delay delay = Delay::none;              ///< how it is late
+  Start start = Start::blocking;          ///< blocking or started (SPEC 11)
 
   // Derived over flat device indices by derive():
   pmap::Groups teams;                     ///< the devices that meet, in the collective's order
@@ -276,6 +282,8 @@ std::string Program::describe() const {
     s << "}";
     if (st.donate) s << " donated";
     if (st.late >= 0) s << " late=" << st.late << (st.delay == Delay::yield ? " (yields)" : " (sleeps)");
+    if (st.start == Start::started) s << " started";
+    if (st.start == Start::twice) s << " started twice (the later waited first)";
     if (static_cast<int>(k) == odd_step)
       s << " DEVICE " << odd_device << " DEPARTS: " << deviation_name(deviation);
   }
@@ -482,6 +490,8 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
   auto lateness = [&](Step& st) {
     st.late = chance(rng, 0.3) ? uniform(rng, 0, n - 1) : -1;
     st.delay = st.late < 0 ? Delay::none : chance(rng, cfg.yields) ? Delay::yield : Delay::sleep;
+    const int r = uniform(rng, 0, 9);
+    st.start = r < 6 ? Start::blocking : r < 8 ? Start::started : Start::twice;
   };
 
   for (int s = 0; s < count; ++s) {
@@ -680,6 +690,24 @@ int flat_index(pmap::Context& ctx, const Program& prog) {
   return prog.launch == Launch::flat ? ctx.axis_index("i") : ctx.axis_index({"i", "j"});
 }
 
+/// A collective's tensor: itself, or a ragged_all_to_all's rows.
+template <class R>
+auto& data_of(R& r) {
+  if constexpr (requires { r.offsets; })
+    return r.data;
+  else
+    return r;
+}
+
+/// Two results hold the same values (the same shapes).
+template <class A, class B>
+bool same_values(const A& a, const B& b) {
+  if (a.size() != b.size()) return false;
+  for (Index k = 0; k < a.size(); ++k)
+    if (!(a.data()[k] == b.data()[k])) return false;
+  return true;
+}
+
 template <class T>
 Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
                    std::vector<std::int64_t>& trace) {
@@ -702,13 +730,15 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
     T1<T> op(len);
     fill_operand(state.data(), state.size(), op.data(), len,
                  step_salt(static_cast<int>(s), call), mult);
-    if (st.late == p) {
+    auto be_late = [&] {
+      if (st.late != p) return;
       if (st.delay == Delay::yield) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(30));
       }
-    }
+    };
+    if (st.start == Start::blocking) be_late();  // a started step is late between start and wait
     const pmap::AxisNames axes = axis_names(st);
     // The result becomes the state; then it is poisoned too (a peer may read it in place).
     auto take = [&](auto& r) {
@@ -725,15 +755,43 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
       out(2 + static_cast<Index>(s)) = checksum(state.data(), state.size());
       trace[s] = out(2 + static_cast<Index>(s));
     };
-    auto reduce = [&](auto collective) {
-      if (st.donate) {
-        auto r = collective(std::move(op));
-        take(r);
-      } else {
-        auto r = collective(op);
+    // The step's collective, blocking or started (Step::start): `blocking(x)` and
+    // `started(x)` call it on operand x; the operand is poisoned once every result is in.
+    auto run = [&](auto blocking, auto started) {
+      if (st.start == Start::blocking) {
+        auto r = blocking(op);
         op.setConstant(poison);
-        take(r);
+        take(data_of(r));
+        return;
       }
+      auto first = started(op);
+      auto r = [&] {
+        if (st.start == Start::started) {
+          be_late();
+          return first.wait();
+        }
+        auto second = started(op);
+        be_late();
+        auto later = second.wait();
+        auto r1 = first.wait();
+        using R = typename std::remove_reference_t<decltype(data_of(r1))>::Scalar;
+        if (!same_values(data_of(r1), data_of(later))) data_of(r1).setConstant(R(1));  // not the model's
+        return r1;
+      }();
+      op.setConstant(poison);
+      take(data_of(r));
+    };
+    auto reduce = [&](auto blocking, auto started) {
+      if (!st.donate) return run(blocking, started);
+      if (st.start == Start::blocking) {
+        auto r = blocking(std::move(op));
+        take(r);
+        return;
+      }
+      auto h = started(std::move(op));  // donated to the started collective
+      be_late();
+      auto r = h.wait();
+      take(r);
     };
     if (departs == Deviation::kind || departs == Deviation::parameters) {
       using Pairs = std::vector<std::pair<int, int>>;
@@ -746,52 +804,45 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
     }
     switch (st.kind) {
       case Kind::psum:
-        reduce([&](auto&& x) { return ctx.psum(std::forward<decltype(x)>(x), axes, st.groups); });
+        reduce([&](auto&& x) { return ctx.psum(std::forward<decltype(x)>(x), axes, st.groups); },
+               [&](auto&& x) { return ctx.psum_start(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
       case Kind::pmax:
-        reduce([&](auto&& x) { return ctx.pmax(std::forward<decltype(x)>(x), axes, st.groups); });
+        reduce([&](auto&& x) { return ctx.pmax(std::forward<decltype(x)>(x), axes, st.groups); },
+               [&](auto&& x) { return ctx.pmax_start(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
       case Kind::pmin:
-        reduce([&](auto&& x) { return ctx.pmin(std::forward<decltype(x)>(x), axes, st.groups); });
+        reduce([&](auto&& x) { return ctx.pmin(std::forward<decltype(x)>(x), axes, st.groups); },
+               [&](auto&& x) { return ctx.pmin_start(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
       case Kind::pmean:
-        reduce([&](auto&& x) { return ctx.pmean(std::forward<decltype(x)>(x), axes, st.groups); });
+        reduce([&](auto&& x) { return ctx.pmean(std::forward<decltype(x)>(x), axes, st.groups); },
+               [&](auto&& x) { return ctx.pmean_start(std::forward<decltype(x)>(x), axes, st.groups); });
         break;
-      case Kind::all_gather: {
-        Tensor<T, 2> r = ctx.all_gather(op, axes, 0, st.groups);
-        op.setConstant(poison);
-        take(r);
+      case Kind::all_gather:
+        run([&](const T1<T>& x) -> Tensor<T, 2> { return ctx.all_gather(x, axes, 0, st.groups); },
+            [&](const T1<T>& x) { return ctx.all_gather_start(x, axes, 0, st.groups); });
         break;
-      }
-      case Kind::all_gather_tiled: {
-        T1<T> r = ctx.all_gather(op, axes, 0, pmap::tiled, st.groups);
-        op.setConstant(poison);
-        take(r);
+      case Kind::all_gather_tiled:
+        run([&](const T1<T>& x) -> T1<T> { return ctx.all_gather(x, axes, 0, pmap::tiled, st.groups); },
+            [&](const T1<T>& x) { return ctx.all_gather_start(x, axes, 0, pmap::tiled, st.groups); });
         break;
-      }
-      case Kind::ppermute: {
-        T1<T> r = ctx.ppermute(op, axes, st.perm);
-        op.setConstant(poison);
-        take(r);
+      case Kind::ppermute:
+        run([&](const T1<T>& x) -> T1<T> { return ctx.ppermute(x, axes, st.perm); },
+            [&](const T1<T>& x) { return ctx.ppermute_start(x, axes, st.perm); });
         break;
-      }
-      case Kind::psum_scatter: {
-        T1<T> r = ctx.psum_scatter(op, axes, 0, pmap::tiled, st.groups);
-        op.setConstant(poison);
-        take(r);
+      case Kind::psum_scatter:
+        run([&](const T1<T>& x) -> T1<T> { return ctx.psum_scatter(x, axes, 0, pmap::tiled, st.groups); },
+            [&](const T1<T>& x) { return ctx.psum_scatter_start(x, axes, 0, pmap::tiled, st.groups); });
         break;
-      }
-      case Kind::all_to_all: {
-        T1<T> r = ctx.all_to_all(op, axes, 0, 0, pmap::tiled, st.groups);
-        op.setConstant(poison);
-        take(r);
+      case Kind::all_to_all:
+        run([&](const T1<T>& x) -> T1<T> { return ctx.all_to_all(x, axes, 0, 0, pmap::tiled, st.groups); },
+            [&](const T1<T>& x) { return ctx.all_to_all_start(x, axes, 0, 0, pmap::tiled, st.groups); });
         break;
-      }
       case Kind::ragged: {
         const std::vector<Index> sizes = ragged_sizes(len, st.group_size(p), p, s);
-        auto r = ctx.ragged_all_to_all(op, axes, sizes, st.groups);
-        op.setConstant(poison);
-        take(r.data);
+        run([&](const T1<T>& x) { return ctx.ragged_all_to_all(x, axes, sizes, st.groups); },
+            [&](const T1<T>& x) { return ctx.ragged_all_to_all_start(x, axes, sizes, st.groups); });
         break;
       }
     }
@@ -918,6 +969,8 @@ struct Coverage {
   int disagreements = 0;  ///< programs with a departing device
   int unread = 0;         ///< of them, at a ppermute step
   int ragged = 0;         ///< ragged_all_to_all steps
+  int started = 0;        ///< steps started and waited (SPEC 11)
+  int twice = 0;          ///< of them, started twice, the later waited first
 };
 
 /// The path device p's group takes in step st (0 staged, 1 in place, 2 split).
@@ -944,6 +997,8 @@ void tally(Coverage& cov, const Program& prog) {
   for (const Step& st : prog.steps) {
     ++cov.steps;
     cov.ragged += st.kind == Kind::ragged;
+    cov.started += st.start != Start::blocking;
+    cov.twice += st.start == Start::twice;
     std::vector<int> seen(3, 0);
     for (int p = 0; p < prog.n; ++p)
       seen[static_cast<std::size_t>(path_of(st, p, prog.geo.size(st.over), prog.integers))] = 1;
@@ -1164,6 +1219,8 @@ void run_programs(std::uint64_t base, int programs, const GenConfig& cfg, bool c
     EXPECT_GE(cov.mixed_groups, 1);
   }
   EXPECT_GT(cov.threads_below_devices, 0);
+  EXPECT_GT(cov.started, 0);
+  EXPECT_GT(cov.twice, 0);
   if (!cfg.grouped_focus) {
     EXPECT_GT(cov.ragged, 0);
   }
