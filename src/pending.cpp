@@ -4,6 +4,7 @@
 
 #include "pmap/context.hpp"
 #include "pmap/detail/errors.hpp"
+#include "pmap/detail/trace_events.hpp"
 
 namespace pmap {
 namespace detail {
@@ -47,6 +48,11 @@ void Access::complete_through(Context& c, const Started* last) {
         op->error = std::current_exception();
       }
       op->done = true;
+      if (op->started_at >= 0 && tracing::recording()) {
+        Team& team = *c.member_.team;
+        op->traced_name = team.slot(c.member_.index).desc.name;  // the collective it ran
+        tracing::started(team, c.member_.index, op->started_at, op->traced_name);
+      }
       if (op->error) std::rethrow_exception(op->error);
     }
     if (op == last) return;
@@ -69,6 +75,18 @@ void Access::abandon(Context& c, Started* op, bool unwinding) noexcept {
     if (!is_cancellation(met)) c.member_.team->fail(met, c.member_.index);
   }
   c.started_.erase(std::remove(c.started_.begin(), c.started_.end(), op), c.started_.end());
+}
+
+void Access::traced_wait(Context& c, Started* op) {
+  Team& team = *c.member_.team;
+  const std::int64_t begin = tracing::now();
+  try {
+    if (!op->done) complete_through(c, op);
+  } catch (...) {
+    tracing::pending_wait(team, c.member_.index, begin, op->traced_name);
+    throw;
+  }
+  tracing::pending_wait(team, c.member_.index, begin, op->traced_name);
 }
 
 void Access::finish_queue(Context& c) {

@@ -279,6 +279,19 @@ void wait(Team& team, int member, std::int64_t begin) {
   copy_text(e.text, team.slot(member).desc.name);
 }
 
+void started(Team& team, int member, std::int64_t begin, const char* name) {
+  const std::int64_t end = now();
+  Event& e = record(Kind::started, device_track(team, member), begin, name);
+  e.dur = end - begin;
+}
+
+void pending_wait(Team& team, int member, std::int64_t begin, const char* name) {
+  const std::int64_t end = now();
+  Event& e = record(Kind::pending_wait, device_track(team, member), begin, "wait()");
+  e.dur = end - begin;
+  copy_text(e.text, name);
+}
+
 void suspend(Team& team, int member) {
   const std::int64_t ts = now();
   Buffer& b = buffer();

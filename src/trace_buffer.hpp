@@ -15,7 +15,10 @@ class Team;
 namespace pmap::detail::tracing {
 
 /// What an event is; decides how it is written.
-enum class Kind : std::uint8_t { call, kernel, collective, wait, running, suspend, resume, counter };
+/// started: a started collective (SPEC 11), from its start to its completion (an async slice:
+/// several may be in flight on one track); pending_wait: a Pending's wait() (a0: whether the
+/// device suspended in it, filled in by the writer).
+enum class Kind : std::uint8_t { call, kernel, collective, wait, running, suspend, resume, counter, started, pending_wait };
 
 /// One recorded event. Strings that outlive the trace (collective names) are kept as
 /// pointers; everything else is copied into `text`, so that recording never allocates

@@ -60,8 +60,12 @@ struct Row {
 std::string summary(const std::vector<Event*>& events) {
   std::map<std::string, Row> rows;
   Row kernels;
-  std::int64_t suspends = 0;
+  std::int64_t suspends = 0, waits = 0, waits_suspended = 0;
   for (const Event* e : events) {
+    if (e->kind == Kind::pending_wait) {
+      ++waits;
+      waits_suspended += e->a0;
+    }
     if (e->kind == Kind::collective) {
       Row& r = rows[e->name];
       ++r.count;
@@ -85,6 +89,9 @@ std::string summary(const std::vector<Event*>& events) {
                        static_cast<double>(r.total) / 1e6, static_cast<double>(r.wait) / 1e6,
                        r.total > 0 ? 100.0 * static_cast<double>(r.wait) / static_cast<double>(r.total) : 0.0);
   }
+  if (waits > 0)
+    out += fmt::format("started collectives: {} waits, {} of them without suspending\n", waits,
+                       waits - waits_suspended);
   return out;
 }
 
@@ -127,6 +134,20 @@ class JsonWriter {
   std::string out_ = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
 };
 
+/// A Pending's wait() suspended when its device's track has a suspension inside it (a0).
+void mark_suspended_waits(const std::vector<Event*>& events) {
+  std::map<int, std::vector<std::int64_t>> suspensions;  // per track, in time order
+  for (const Event* e : events)
+    if (e->kind == Kind::suspend) suspensions[e->tid].push_back(e->ts);
+  for (Event* e : events) {
+    if (e->kind != Kind::pending_wait) continue;
+    const auto found = suspensions.find(e->tid);
+    if (found == suspensions.end()) continue;
+    const auto at = std::lower_bound(found->second.begin(), found->second.end(), e->ts);
+    e->a0 = at != found->second.end() && *at <= e->ts + e->dur;
+  }
+}
+
 /// Every buffer's events in time order, a slice before the slices it contains; a thread's
 /// stretch ends where its next one starts (should a fiber have moved in a way the
 /// bookkeeping did not follow: a thread runs one device at a time).
@@ -144,6 +165,7 @@ std::vector<Event*> sorted_events(const std::vector<std::shared_ptr<Buffer>>& bu
     if (last && last->ts + last->dur > e->ts) last->dur = e->ts - last->ts;
     last = e;
   }
+  mark_suspended_waits(events);
   return events;
 }
 
@@ -206,6 +228,17 @@ void write_event(JsonWriter& w, const Event& e, const std::string& arguments) {
     case Kind::resume:
       w.begin_event("i", e.name, e.tid, e.ts);
       out += fmt::format(",\"cat\":\"scheduling\",\"s\":\"t\",\"args\":{{\"thread\":{}}}}}", e.a0);
+      break;
+    case Kind::started:  // an async slice: several may be in flight on one device
+      w.begin_event("b", e.name, e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"started\",\"id\":\"{}.{}\"}}", e.tid, e.ts);
+      w.begin_event("e", e.name, e.tid, e.ts + e.dur);
+      out += fmt::format(",\"cat\":\"started\",\"id\":\"{}.{}\"}}", e.tid, e.ts);
+      break;
+    case Kind::pending_wait:
+      w.begin_event("X", "wait()", e.tid, e.ts);
+      out += fmt::format(",\"cat\":\"pending\",\"dur\":{},\"args\":{{\"collective\":{},\"suspended\":{}}}}}",
+                         us(e.dur), quoted(e.text), e.a0 ? "true" : "false");
       break;
     case Kind::counter:
       w.begin_event("C", e.name, 0, e.ts);

@@ -87,7 +87,9 @@ void expect_well_formed(const Trace& t, bool complete = true) {
   for (const Value* e : t.events) {
     ASSERT_TRUE(e->find("ph") && e->find("pid") && e->find("tid") && e->find("name"));
     const std::string& ph = str(*e, "ph");
-    ASSERT_TRUE(ph == "M" || ph == "X" || ph == "i" || ph == "C" || ph == "s" || ph == "t" || ph == "f") << ph;
+    ASSERT_TRUE(ph == "M" || ph == "X" || ph == "i" || ph == "C" || ph == "s" || ph == "t" || ph == "f" ||
+                ph == "b" || ph == "e")
+        << ph;
     if (ph == "X") {
       ASSERT_GE(num(*e, "dur"), 0.0);
       ASSERT_GE(num(*e, "ts"), 0.0);
@@ -135,6 +137,18 @@ void expect_well_formed(const Trace& t, bool complete = true) {
   }
   if (complete) {
     EXPECT_EQ(flows.size(), group_of_flow.size()) << "every collective of 2+ members has one flow";
+  }
+  // Async slices (started collectives): each id begins once and ends once, not before it began.
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> async;
+  for (const Value* e : t.events) {
+    const std::string& ph = str(*e, "ph");
+    if (ph == "b") async[str(*e, "id")].first.push_back(num(*e, "ts"));
+    if (ph == "e") async[str(*e, "id")].second.push_back(num(*e, "ts"));
+  }
+  for (const auto& [id, be] : async) {
+    ASSERT_EQ(be.first.size(), 1u) << "async slice " << id;
+    ASSERT_EQ(be.second.size(), 1u) << "async slice " << id;
+    EXPECT_LE(be.first[0], be.second[0]) << "async slice " << id;
   }
 }
 
@@ -239,6 +253,55 @@ TEST(Trace, EightDevicesOnTwoThreadsSuspendAndCount) {
   std::set<int> ran;
   for (const Value* r : t.category("running")) ran.insert(static_cast<int>(num(r->at("args"), "device")));
   EXPECT_EQ(ran.size(), 8u);
+}
+
+TEST(Trace, StartedCollectivesAreSlicesFromStartToCompletionAndTheirWaitsAreCounted) {
+  // SPEC 11: a started collective is a slice from its start to its completion (async: two
+  // are in flight on one track), wait() a slice of its own; the summary counts the waits and
+  // those that did not suspend (here the psum's and the ppermute's, which the blocking pmax
+  // completed before them).
+  pmap::Runtime rt({.num_devices = 4, .num_threads = 2});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        auto a = ctx.psum_start(v, "i");
+        auto b = ctx.ppermute_start(v, "i", ring(4, 1));
+        const F1 top = ctx.pmax(v, "i");  // completes a and b first
+        const F1 sum = a.wait();
+        const F1 shifted = b.wait();
+        auto c = ctx.all_gather_start(sum, "i");
+        const F2 gathered = c.wait();
+        F1 out = pmap::eval(top + sum + shifted + gathered.chip(0, 0));
+        return out;
+      },
+      on_axis(rt));
+  F2 x = make<F2>(1, 4, 16);
+  const F2 untraced = f(x);
+  setenv("PMAP_TRACE_SUMMARY", "1", 1);
+  testing::internal::CaptureStderr();
+  F2 result;
+  const Trace t = traced("a", [&] {
+    for (int k = 0; k < 5; ++k) result = f(x);
+  });
+  const std::string err = testing::internal::GetCapturedStderr();
+  unsetenv("PMAP_TRACE_SUMMARY");
+  expect_well_formed(t);
+  EXPECT_TRUE(tensors_equal(result, untraced));
+  std::map<std::string, int> begun;
+  for (const Value* e : t.with("b")) ++begun[str(*e, "name")];
+  EXPECT_EQ(begun["psum"], 20);
+  EXPECT_EQ(begun["ppermute"], 20);
+  EXPECT_EQ(begun["all_gather"], 20);
+  EXPECT_EQ(t.with("e").size(), 60u);
+  int waits = 0, done_before = 0;
+  for (const Value* w : t.category("pending")) {
+    ++waits;
+    const std::string& c = str(w->at("args"), "collective");
+    EXPECT_TRUE(c == "psum" || c == "ppermute" || c == "all_gather") << c;
+    if (c != "all_gather") done_before += !w->at("args").at("suspended").boolean;
+  }
+  EXPECT_EQ(waits, 60);
+  EXPECT_EQ(done_before, 40) << "a wait for a collective that completed earlier does not suspend";
+  EXPECT_NE(err.find("started collectives: 60 waits, "), std::string::npos) << err;
 }
 
 TEST(Trace, NestedCallsInsideTheOuterKernel) {

@@ -16,6 +16,7 @@
 
 #include "pmap/axes.hpp"
 #include "pmap/detail/team.hpp"
+#include "pmap/detail/trace_events.hpp"
 #include "pmap/runtime.hpp"
 
 namespace pmap {
@@ -44,6 +45,8 @@ class Started {
   bool waited = false;
   std::exception_ptr error;
   int uncaught_at_start = 0;
+  std::int64_t started_at = -1;  ///< on the trace's clock, while a trace records
+  const char* traced_name = "";  ///< ... and what it ran, once it ran
 };
 /// Result scalar of psum (bool sums to int32) and of pmean (integers give double).
 template <class T>
@@ -341,8 +344,11 @@ struct Access {
   static void queue(Context& c, Started* op) {
     op->context = &c;
     op->uncaught_at_start = std::uncaught_exceptions();
+    if (tracing::recording()) [[unlikely]] op->started_at = tracing::now();
     c.started_.push_back(op);
   }
+  /// Pending::wait() for `op` while a trace records: its wait() slice around the run.
+  static void traced_wait(Context& c, Started* op);
   template <class R, class Op>
   static Pending<R> pending(std::unique_ptr<Op> op) {
     return Pending<R>(std::move(op));

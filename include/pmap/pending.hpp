@@ -138,7 +138,10 @@ class Pending {
     if (!op_ || op_->waited)
       detail::raise_value_error("pmap: Pending::wait() called on a collective already waited for "
                                 "(or moved from)");
-    if (!op_->done) detail::Access::complete_through(*op_->context, op_.get());
+    if (detail::tracing::recording()) [[unlikely]]
+      detail::Access::traced_wait(*op_->context, op_.get());
+    else if (!op_->done)
+      detail::Access::complete_through(*op_->context, op_.get());
     op_->waited = true;
     if (op_->error) std::rethrow_exception(op_->error);
     return std::move(*op_->result);

@@ -53,6 +53,10 @@ struct CollectiveEvent {
 void collective(Team& team, int member, const CollectiveEvent& e, std::int64_t begin);
 /// `member` waited for its peers from `begin` to now in its current collective.
 void wait(Team& team, int member, std::int64_t begin);
+/// Collective `name` that `member` started at `begin` (SPEC 11) completed now.
+void started(Team& team, int member, std::int64_t begin, const char* name);
+/// `member` waited for started collective `name` (Pending::wait) from `begin` to now.
+void pending_wait(Team& team, int member, std::int64_t begin, const char* name);
 /// `member` suspends (leaves this thread); it was resumed and runs on this thread again.
 void suspend(Team& team, int member);
 void resume(Team& team, int member);
