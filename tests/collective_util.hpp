@@ -177,4 +177,14 @@ std::vector<Tensor<T, R - 1, L>> parts_of(const Tensor<T, R, L>& x) {
   return parts;
 }
 
+/// Runs f over n devices on rows of len floats; every device returns how many of its
+/// comparisons failed, and none may have failed.
+template <class F>
+void expect_no_mismatch(pmap::Runtime& rt, int n, Index len, F&& f) {
+  F2 x = make<F2>(3, n, len);
+  auto mapped = pmap::pmap(std::forward<F>(f), on_axis(rt));
+  Tensor<int, 1> bad = mapped(x);
+  for (int p = 0; p < n; ++p) EXPECT_EQ(bad(p), 0) << "device " << p;
+}
+
 }  // namespace coll_test

@@ -17,7 +17,6 @@
 namespace {
 
 using namespace coll_test;
-using I1 = Tensor<int, 1>;
 
 class Early : public RuntimeTest {};
 INSTANTIATE_TEST_SUITE_P(Runtimes, Early, testing::ValuesIn(collective_configs()), config_name);
@@ -27,16 +26,6 @@ bool same(const F1& a, const F1& b) {
   for (Index k = 0; k < a.size(); ++k)
     if (a(k) != b(k)) return false;
   return true;
-}
-
-/// Runs f over n devices on rows of len floats; every device returns how many of its
-/// comparisons failed.
-template <class F>
-void expect_no_mismatch(pmap::Runtime& rt, int n, Index len, F&& f) {
-  F2 x = make<F2>(5, n, len);
-  auto mapped = pmap::pmap(std::forward<F>(f), on_axis(rt));
-  I1 bad = mapped(x);
-  for (int p = 0; p < n; ++p) EXPECT_EQ(bad(p), 0) << "device " << p;
 }
 
 F1 point(const F1& x, Index k) {

@@ -418,6 +418,54 @@ pmap::Groups pairs(int n) {
   return g;
 }
 
+/// What the fault programs return when nothing throws: the column sums of x, the maximum
+/// over each device's pair and `extra(d, k)`.
+template <class Extra>
+F2 sums_and_pair_maxima(const F2& x, int n, Extra&& extra) {
+  const F1 sums = column_sums(x);
+  F2 expected(x.dimension(0), x.dimension(1));
+  for (int d = 0; d < n; ++d) {
+    const auto group = group_of(pairs(n), n, d).first;
+    for (Index k = 0; k < x.dimension(1); ++k) {
+      float m = x(group[0], k);
+      for (int member : group) m = std::max(m, x(member, k));
+      expected(d, k) = sums(k) + m + extra(d, k);
+    }
+  }
+  return expected;
+}
+
+/// Device d throws just before point j of the program f, for every d < n and j < points
+/// (fail_device and fail_point tell the kernel which): each call must end with that device's
+/// exception within the watchdog's limit, and the next call must give `expected`. Returns
+/// how many points were injected.
+template <class F>
+int throw_at_every_point(F& f, const F2& x, const F2& expected, int n, int points,
+                         std::atomic<int>& fail_device, std::atomic<int>& fail_point,
+                         const std::string& what) {
+  Watchdog watchdog("test_faults", kFaultLimit);
+  int injected = 0;
+  for (int d = 0; d < n; ++d)
+    for (int j = 0; j < points; ++j) {
+      fail_device = d;
+      fail_point = j;
+      watchdog.arm("device " + std::to_string(d) + " throws before " + what + " " + std::to_string(j));
+      try {
+        f(x);
+        ADD_FAILURE() << "device " << d << " point " << j << ": no exception";
+      } catch (const Injected& e) {
+        EXPECT_EQ(e.device, d);
+        EXPECT_EQ(e.step, j);
+      }
+      fail_device = -1;
+      EXPECT_TRUE(tensors_equal(f(x), expected)) << "after device " << d << " threw at " << j;
+      watchdog.disarm();
+      ++injected;
+      if (testing::Test::HasFailure()) return injected;
+    }
+  return injected;
+}
+
 /// A program of six collectives of different kinds (staged, in place, grouped, data
 /// movement); device d throws just before collective j, for every d and j.
 TEST_P(KernelFaults, ThrowAtEveryCollectiveOnEveryDevice) {
@@ -452,36 +500,12 @@ TEST_P(KernelFaults, ThrowAtEveryCollectiveOnEveryDevice) {
   const F1 sums = column_sums(x);
   float head = 0.f;
   for (Index k = 0; k < 8; ++k) head += sums(k);
-  F2 expected(ni(), kLen);
-  for (int d = 0; d < n(); ++d) {
-    const auto group = group_of(pairs(n()), n(), d).first;
-    for (Index k = 0; k < kLen; ++k) {
-      float m = x(group[0], k);
-      for (int member : group) m = std::max(m, x(member, k));
-      expected(d, k) = sums(k) + m + head * static_cast<float>(1 + n());
-    }
-  }
+  const F2 expected =
+      sums_and_pair_maxima(x, n(), [&](int, Index) { return head * static_cast<float>(1 + n()); });
   EXPECT_TRUE(tensors_equal(f(x), expected));
-  Watchdog watchdog("test_faults", kFaultLimit);
-  int injected = 0;
-  for (int d = 0; d < n(); ++d)
-    for (int j = 0; j < kSteps; ++j) {
-      fail_device = d;
-      fail_step = j;
-      watchdog.arm("device " + std::to_string(d) + " throws before collective " + std::to_string(j));
-      try {
-        f(x);
-        ADD_FAILURE() << "device " << d << " step " << j << ": no exception";
-      } catch (const Injected& e) {
-        EXPECT_EQ(e.device, d);
-        EXPECT_EQ(e.step, j);
-      }
-      fail_device = -1;
-      EXPECT_TRUE(tensors_equal(f(x), expected)) << "after device " << d << " threw at " << j;
-      watchdog.disarm();
-      ++injected;
-      if (testing::Test::HasFailure()) return;
-    }
+  const int injected =
+      throw_at_every_point(f, x, expected, n(), kSteps, fail_device, fail_step, "collective");
+  if (testing::Test::HasFailure()) return;
   std::printf("[ faults ] %d kernel-exception points injected on %d devices, %d threads\n", injected,
               n(), GetParam().threads);
 }
@@ -519,35 +543,11 @@ TEST_P(KernelFaults, ThrowAtEveryStartAndWaitOnEveryDevice) {
         return out;
       },
       on_axis(rt()));
-  const F1 sums = column_sums(x);
-  F2 expected(ni(), kLen);
-  for (int d = 0; d < n(); ++d) {
-    const auto group = group_of(pairs(n()), n(), d).first;
-    for (Index k = 0; k < kLen; ++k) {
-      float m = x(group[0], k);
-      for (int member : group) m = std::max(m, x(member, k));
-      expected(d, k) = sums(k) + m + (k < 8 ? x((d + n() - 1) % n(), k) : 0.f);
-    }
-  }
+  const int d_n = n();
+  const F2 expected = sums_and_pair_maxima(
+      x, d_n, [&](int d, Index k) { return k < 8 ? x((d + d_n - 1) % d_n, k) : 0.f; });
   EXPECT_TRUE(tensors_equal(f(x), expected));
-  Watchdog watchdog("test_faults", kFaultLimit);
-  for (int d = 0; d < n(); ++d)
-    for (int j = 0; j < kPoints; ++j) {
-      fail_device = d;
-      fail_point = j;
-      watchdog.arm("device " + std::to_string(d) + " throws before start or wait " + std::to_string(j));
-      try {
-        f(x);
-        ADD_FAILURE() << "device " << d << " point " << j << ": no exception";
-      } catch (const Injected& e) {
-        EXPECT_EQ(e.device, d);
-        EXPECT_EQ(e.step, j);
-      }
-      fail_device = -1;
-      EXPECT_TRUE(tensors_equal(f(x), expected)) << "after device " << d << " threw at " << j;
-      watchdog.disarm();
-      if (testing::Test::HasFailure()) return;
-    }
+  throw_at_every_point(f, x, expected, n(), kPoints, fail_device, fail_point, "start or wait");
 }
 
 PMAP_TEST_INSTANTIATE(KernelFaults);

@@ -43,15 +43,6 @@ bool same(const A& a, const B& b) {
   }
 }
 
-/// Runs f over n devices; every device returns how many of its comparisons failed.
-template <class F>
-void expect_no_mismatch(pmap::Runtime& rt, int n, Index len, F&& f) {
-  F2 x = make<F2>(3, n, len);
-  auto mapped = pmap::pmap(std::forward<F>(f), on_axis(rt));
-  I1 bad = mapped(x);
-  for (int p = 0; p < n; ++p) EXPECT_EQ(bad(p), 0) << "device " << p;
-}
-
 // Small operands take the staged path, 64 Ki floats the in-place one.
 constexpr Index kSmall = 5;
 constexpr Index kLarge = 64 * 1024;
