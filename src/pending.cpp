@@ -48,11 +48,8 @@ void Access::complete_through(Context& c, const Started* last) {
         op->error = std::current_exception();
       }
       op->done = true;
-      if (op->started_at >= 0 && tracing::recording()) {
-        Team& team = *c.member_.team;
-        op->traced_name = team.slot(c.member_.index).desc.name;  // the collective it ran
-        tracing::started(team, c.member_.index, op->started_at, op->traced_name);
-      }
+      if (op->started_at >= 0 && tracing::recording())
+        tracing::started(*c.member_.team, c.member_.index, op->started_at, op->name);
       if (op->error) std::rethrow_exception(op->error);
     }
     if (op == last) return;
@@ -78,15 +75,15 @@ void Access::abandon(Context& c, Started* op, bool unwinding) noexcept {
 }
 
 void Access::traced_wait(Context& c, Started* op) {
-  Team& team = *c.member_.team;
   const std::int64_t begin = tracing::now();
+  std::exception_ptr failed;
   try {
     if (!op->done) complete_through(c, op);
   } catch (...) {
-    tracing::pending_wait(team, c.member_.index, begin, op->traced_name);
-    throw;
+    failed = std::current_exception();
   }
-  tracing::pending_wait(team, c.member_.index, begin, op->traced_name);
+  tracing::pending_wait(*c.member_.team, c.member_.index, begin, op->name);
+  if (failed) std::rethrow_exception(failed);
 }
 
 void Access::finish_queue(Context& c) {

@@ -45,8 +45,8 @@ class Started {
   bool waited = false;
   std::exception_ptr error;
   int uncaught_at_start = 0;
+  const char* name = "";          ///< "psum", for the trace
   std::int64_t started_at = -1;  ///< on the trace's clock, while a trace records
-  const char* traced_name = "";  ///< ... and what it ran, once it ran
 };
 /// Result scalar of psum (bool sums to int32) and of pmean (integers give double).
 template <class T>

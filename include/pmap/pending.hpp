@@ -77,13 +77,14 @@ auto hold(X&& x) {
   }
 }
 
-/// Queues collective `call` of `ctx` on operand x and returns its Pending.
+/// Queues collective `name` of `ctx`, `call`, on operand x and returns its Pending.
 template <class X, class Call>
-auto start(Context& ctx, X&& x, Call call) {
+auto start(Context& ctx, const char* name, X&& x, Call call) {
   auto held = hold(std::forward<X>(x));
   using Held = decltype(held);
   using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
   auto op = std::make_unique<StartedWith<R, Held, Call>>(std::move(held), std::move(call));
+  op->name = name;
   Access::queue(ctx, op.get());
   return Access::pending<R>(std::move(op));
 }
@@ -175,42 +176,42 @@ class Pending {
 // ---- the *_start members (SPEC 11) ------------------------------------------------------
 template <class X>
 auto Context::psum_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
+  return detail::start(*this, "psum", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.psum(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::pmean_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
+  return detail::start(*this, "pmean", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.pmean(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::pmax_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
+  return detail::start(*this, "pmax", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.pmax(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::pmin_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
+  return detail::start(*this, "pmin", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
     return c.pmin(std::forward<decltype(v)>(v), axes, groups);
   });
 }
 
 template <class X>
 auto Context::all_gather_start(X&& x, AxisNames axes, int axis, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
+  return detail::start(*this, "all_gather", std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
     return c.all_gather(std::forward<decltype(v)>(v), axes, axis, groups);
   });
 }
 
 template <class X>
 auto Context::all_gather_start(X&& x, AxisNames axes, int axis, tiled_t, const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
+  return detail::start(*this, "all_gather", std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
     return c.all_gather(std::forward<decltype(v)>(v), axes, axis, tiled, groups);
   });
 }
@@ -218,7 +219,7 @@ auto Context::all_gather_start(X&& x, AxisNames axes, int axis, tiled_t, const G
 template <class X>
 auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension,
                                  const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x),
+  return detail::start(*this, "psum_scatter", std::forward<X>(x),
                        [axes = std::move(axes), scatter_dimension, groups](Context& c, auto&& v) {
                          return c.psum_scatter(std::forward<decltype(v)>(v), axes,
                                                scatter_dimension, groups);
@@ -228,7 +229,7 @@ auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension,
 template <class X>
 auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension, tiled_t,
                                  const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x),
+  return detail::start(*this, "psum_scatter", std::forward<X>(x),
                        [axes = std::move(axes), scatter_dimension, groups](Context& c, auto&& v) {
                          return c.psum_scatter(std::forward<decltype(v)>(v), axes,
                                                scatter_dimension, tiled, groups);
@@ -238,7 +239,7 @@ auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension, t
 template <class X>
 auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis,
                                const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x),
+  return detail::start(*this, "all_to_all", std::forward<X>(x),
                        [axes = std::move(axes), split_axis, concat_axis, groups](Context& c, auto&& v) {
                          return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
                                              concat_axis, groups);
@@ -248,7 +249,7 @@ auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat
 template <class X>
 auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
                                const Groups& groups) {
-  return detail::start(*this, std::forward<X>(x),
+  return detail::start(*this, "all_to_all", std::forward<X>(x),
                        [axes = std::move(axes), split_axis, concat_axis, groups](Context& c, auto&& v) {
                          return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
                                              concat_axis, tiled, groups);
@@ -257,7 +258,7 @@ auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat
 
 template <class X>
 auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
-  return detail::start(*this, std::forward<X>(x), [axes = std::move(axes), perm](Context& c, auto&& v) {
+  return detail::start(*this, "ppermute", std::forward<X>(x), [axes = std::move(axes), perm](Context& c, auto&& v) {
     return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
   });
 }

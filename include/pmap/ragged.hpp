@@ -202,8 +202,8 @@ auto Context::ragged_all_to_all_start(X&& x, AxisNames axes,
                                       std::span<const Eigen::Index> send_sizes,
                                       const Groups& groups) {
   std::vector<Eigen::Index> sizes(send_sizes.begin(), send_sizes.end());  // held as the operand
-  return detail::start(*this, std::forward<X>(x),
-                       [axes, sizes = std::move(sizes), groups](Context& c, auto&& v) {
+  return detail::start(*this, "ragged_all_to_all", std::forward<X>(x),
+                       [axes = std::move(axes), sizes = std::move(sizes), groups](Context& c, auto&& v) {
                          return c.ragged_all_to_all(v, axes, sizes, groups);
                        });
 }
