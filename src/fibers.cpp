@@ -149,6 +149,12 @@ struct Shared {
         started(flags ? flags.get() : inline_flags),
         arrived(started + n) {}
   int block_begin(int b) const { return static_cast<int>(std::int64_t{n} * b / blocks); }
+  /// Every index was started: a thread that comes now has nothing to do.
+  bool all_started() const {
+    for (int i = 0; i < n; ++i)
+      if (!started[i].load(std::memory_order_relaxed)) return false;
+    return true;
+  }
   bool claim(int i) {
     std::atomic<bool>& s = started[i];
     return !s.load(std::memory_order_relaxed) && !s.exchange(true, std::memory_order_relaxed);
@@ -162,13 +168,24 @@ struct Shared {
     }
     return -1;
   }
+  /// Where a thread's search of the other blocks for unstarted indices goes on (every index
+  /// it passed was started: one taken stays taken for the call).
+  struct Cursor {
+    int block = 0;
+    int next = -1;  ///< the next index of `block` to try; -1 before its last
+    int begin = 0;  ///< `block`'s first index
+  };
   /// An index nobody started in another block, whether its thread came or not, claimed: the
   /// last of its block (its thread claims from the first up).
-  int claim_any_elsewhere(int mine) {
-    for (int b = 0; b < blocks; ++b) {
-      if (b == mine) continue;
-      for (int i = block_begin(b + 1) - 1; i >= block_begin(b); --i)
-        if (claim(i)) return i;
+  int claim_any_elsewhere(int mine, Cursor& c) {
+    for (; c.block < blocks; ++c.block, c.next = -1) {
+      if (c.block == mine) continue;
+      if (c.next < 0) {
+        c.begin = block_begin(c.block);
+        c.next = block_begin(c.block + 1) - 1;
+      }
+      for (; c.next >= c.begin; --c.next)
+        if (claim(c.next)) return c.next--;
     }
     return -1;
   }
@@ -248,7 +265,7 @@ class Scheduler {
     if (tail_)
       tail_->next = f;
     else
-      head_ = f;
+      head_.store(f, std::memory_order_relaxed);
     tail_ = f;
     if (!parked_) return;
     parked_ = false;
@@ -269,18 +286,18 @@ class Scheduler {
 
  private:
   Fiber* pop() {
+    if (nothing_ready()) return nullptr;
     tbb::spin_mutex::scoped_lock guard(lock_);
-    Fiber* f = head_;
+    Fiber* f = head_.load(std::memory_order_relaxed);
     if (f) {
-      head_ = f->next;
-      if (!head_) tail_ = nullptr;
+      head_.store(f->next, std::memory_order_relaxed);
+      if (!f->next) tail_ = nullptr;
     }
     return f;
   }
-  bool nothing_ready() {
-    tbb::spin_mutex::scoped_lock guard(lock_);
-    return head_ == nullptr;
-  }
+  /// Without the lock (a locked instruction per device returned is a tenth of an empty
+  /// call): a push it misses is seen by the loop's next pop() or park(), which take it.
+  bool nothing_ready() const { return head_.load(std::memory_order_relaxed) == nullptr; }
 
   /// The next device nobody started: of this loop's block; else, when every device this
   /// loop started has returned (`running`: but the one on the calling fiber, which just
@@ -290,7 +307,7 @@ class Scheduler {
   int claim_next(bool running) {
     for (; next_ < end_; ++next_)
       if (shared_.claim(next_)) return next_++;
-    if (host_ == nullptr && live_ == (running ? 1 : 0)) return shared_.claim_any_elsewhere(block_);
+    if (host_ == nullptr && live_ == (running ? 1 : 0)) return shared_.claim_any_elsewhere(block_, elsewhere_);
     if (idle_since_ != Clock::time_point{} && Clock::now() - idle_since_ > kStealAfter)
       return shared_.unclaimed_elsewhere(block_, true);
     return -1;
@@ -382,7 +399,7 @@ class Scheduler {
     std::uint32_t seen = 0;
     {
       tbb::spin_mutex::scoped_lock guard(lock_);
-      if (head_) return;
+      if (head_.load(std::memory_order_relaxed)) return;
       parked_ = true;
       seen = epoch_.load(std::memory_order_relaxed);
     }
@@ -421,13 +438,14 @@ class Scheduler {
   int next_;       ///< next index of the own block to try
   const int end_;  ///< end of the own block
   Fiber* const host_;
+  Shared::Cursor elsewhere_;        ///< its search of the other blocks
   Clock::time_point idle_since_{};  ///< parked first since it last started a device
   context::fiber to_loop_;          ///< the loop, while one of its fibers runs
   sanitizers::LoopState loop_;      ///< the loop's stack, for the sanitizers
   int live_ = 0;                    ///< fibers started here that have not returned
 
   alignas(64) tbb::spin_mutex lock_;
-  Fiber* head_ = nullptr;  // the ready list, guarded by lock_
+  std::atomic<Fiber*> head_{nullptr};  // the ready list, written under lock_
   Fiber* tail_ = nullptr;
   bool parked_ = false;
   alignas(64) std::atomic<std::uint32_t> epoch_{0};  ///< bumped to wake a parked loop
@@ -458,7 +476,10 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
       for (int w = 1; w < shared.blocks; ++w) {
         tbb::task_handle task = group.defer([&shared, w] {
           sanitizers::acquire(&handoff);
-          {
+          // A worker that comes after the others started every device (an empty kernel's
+          // call is over by then) leaves having only read: its Scheduler would write the
+          // line that their claims write, and each such write moves it between the cores.
+          if (!shared.all_started()) {
             Scheduler worker(shared, w, nullptr);
             worker.loop();
           }
