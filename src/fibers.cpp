@@ -452,6 +452,43 @@ class Scheduler {
   std::atomic<bool> sleeping_{false};
 };
 
+namespace {
+
+/// Inside the arena: the caller's Scheduler runs block 0, a oneTBB task per further block
+/// runs that block's (a call on one thread makes no task_group, whose context costs a tenth
+/// of an empty call there). oneTBB hands each task (and `shared`) to a worker, and the
+/// worker's work back to the caller: releases and acquires that its uninstrumented library
+/// does not show ThreadSanitizer. A task is built first (defer) and released before it is
+/// spawned; it acquires before it reads what it captured.
+void run_blocks(Shared& shared) {
+  if (shared.blocks == 1) {
+    Scheduler caller(shared, 0, nullptr);
+    caller.loop();
+  } else {
+    tbb::task_group group;
+    for (int w = 1; w < shared.blocks; ++w) {
+      tbb::task_handle task = group.defer([&shared, w] {
+        sanitizers::acquire(&handoff);
+        // A worker that comes after the others started every device (an empty kernel's
+        // call is over by then) leaves having only read: its Scheduler would write the line
+        // that their claims write, and each such write moves it between the cores.
+        if (!shared.all_started()) {
+          Scheduler worker(shared, w, nullptr);
+          worker.loop();
+        }
+        sanitizers::release(&handoff);
+      });
+      sanitizers::release(&handoff);
+      group.run(std::move(task));
+    }
+    Scheduler caller(shared, 0, nullptr);
+    caller.loop();
+    group.wait();
+  }
+}
+
+}  // namespace
+
 void run(tbb::task_arena& arena, int threads, const Work& work) {
   Fiber* const host = this_thread().fiber;
   std::optional<Shared> made;
@@ -466,31 +503,9 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
     Scheduler here(shared, 0, host);
     here.loop();
   } else {
-    // oneTBB hands each task (and `shared`) to a worker, and the worker's work back to the
-    // caller: releases and acquires that its uninstrumented library does not show
-    // ThreadSanitizer. A task is built first (defer) and released before it is spawned; it
-    // acquires before it reads what it captured.
     const auto threads_of_the_call = [&] {
-      sanitizers::acquire(&handoff);
-      tbb::task_group group;
-      for (int w = 1; w < shared.blocks; ++w) {
-        tbb::task_handle task = group.defer([&shared, w] {
-          sanitizers::acquire(&handoff);
-          // A worker that comes after the others started every device (an empty kernel's
-          // call is over by then) leaves having only read: its Scheduler would write the
-          // line that their claims write, and each such write moves it between the cores.
-          if (!shared.all_started()) {
-            Scheduler worker(shared, w, nullptr);
-            worker.loop();
-          }
-          sanitizers::release(&handoff);
-        });
-        sanitizers::release(&handoff);
-        group.run(std::move(task));
-      }
-      Scheduler caller(shared, 0, nullptr);
-      caller.loop();
-      group.wait();
+      sanitizers::acquire(&handoff);  // before it reads what it captured
+      run_blocks(shared);
       sanitizers::release(&handoff);
     };
     sanitizers::release(&handoff);  // a worker may run it (when the arena has no free slot)
