@@ -42,6 +42,7 @@
 #include "pmap/detail/cpu_relax.hpp"
 #include "pmap/detail/sanitizers.hpp"
 #include "pmap/detail/thread_state.hpp"
+#include "arena.hpp"
 #include "fiber_stacks.hpp"
 
 namespace pmap::detail::fibers {
@@ -489,7 +490,7 @@ void run_blocks(Shared& shared) {
 
 }  // namespace
 
-void run(tbb::task_arena& arena, int threads, const Work& work) {
+void run(Arena& arena, int threads, const Work& work) {
   Fiber* const host = this_thread().fiber;
   std::optional<Shared> made;
   try {
@@ -509,7 +510,7 @@ void run(tbb::task_arena& arena, int threads, const Work& work) {
       sanitizers::release(&handoff);
     };
     sanitizers::release(&handoff);  // a worker may run it (when the arena has no free slot)
-    arena.execute(threads_of_the_call);
+    arena.tbb().execute(threads_of_the_call);
     sanitizers::acquire(&handoff);
   }
   if (shared.error) std::rethrow_exception(shared.error);

@@ -1,6 +1,7 @@
 #include "pmap/detail/pool.hpp"
 
 #include "pmap/detail/sanitizers.hpp"
+#include "arena.hpp"
 
 #include <pthread.h>
 #include <sched.h>
@@ -12,8 +13,12 @@
 namespace pmap::detail {
 
 Pool::Pool(int threads, bool bind)
-    : threads_(threads),
-      parallelism_(threads > static_cast<int>(tbb::global_control::active_value(
+    : threads_(threads), arena_(std::make_unique<Arena>(threads, bind)) {}
+
+Pool::~Pool() = default;
+
+Arena::Arena(int threads, bool bind)
+    : parallelism_(threads > static_cast<int>(tbb::global_control::active_value(
                                  tbb::global_control::max_allowed_parallelism))
                        ? std::make_unique<tbb::global_control>(
                              tbb::global_control::max_allowed_parallelism,

@@ -371,12 +371,12 @@ void Team::resume_locked(Slot& s) {
 }
 
 void Team::wake(std::span<const int> members) {
-  tbb::spin_mutex::scoped_lock guard(lock_);
+  std::lock_guard<SpinLock> guard(lock_);
   for (int m : members) resume_locked(slot(m));
 }
 
 void Team::wake_awaiting(int me) {
-  tbb::spin_mutex::scoped_lock guard(lock_);
+  std::lock_guard<SpinLock> guard(lock_);
   for (int m : local_members_) {
     Slot& s = slot(m);
     if (s.suspended && s.awaits == me) resume_locked(s);
@@ -398,13 +398,13 @@ int Team::count_finished() const {
 void Team::finish(int me) {
   slot(me).finished.store(true, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    tbb::spin_mutex::scoped_lock guard(lock_);
+    std::lock_guard<SpinLock> guard(lock_);
     wake_all_locked();
   }
 }
 
 bool Team::fail(std::exception_ptr error, int member) {
-  tbb::spin_mutex::scoped_lock guard(lock_);
+  std::lock_guard<SpinLock> guard(lock_);
   const bool first = !error_;
   if (first) {
     error_ = std::move(error);
@@ -421,7 +421,7 @@ void Team::make_child(int size, std::span<const AxisBinding> axes, std::vector<i
                       int num_threads) {
   auto child = std::make_shared<Team>(size, axes, std::move(device_ids), num_threads);
   child->nesting_ = nesting_ + 1;
-  tbb::spin_mutex::scoped_lock guard(lock_);
+  std::lock_guard<SpinLock> guard(lock_);
   child_ = std::move(child);
   if (cancelled()) child_->fail(std::make_exception_ptr(Cancelled{}));
 }

@@ -11,7 +11,9 @@
 
 #include <exception>
 
-#include <oneapi/tbb/task_arena.h>
+namespace pmap::detail {
+class Arena;
+}
 
 namespace pmap::detail::fibers {
 
@@ -39,7 +41,7 @@ struct Work {
 /// meanwhile. Every index runs, even without memory for its fiber: then it runs on the
 /// loop's own stack after work.cancel() (a cancelled device leaves at once, without waiting
 /// for its peers; without `cancel`, the body must not wait either).
-void run(tbb::task_arena& arena, int threads, const Work& work);
+void run(Arena& arena, int threads, const Work& work);
 
 /// Suspends the calling fiber until resume() of it; resume() may come first (from another
 /// thread, before the caller got here): suspend() then returns at once, or nearly.

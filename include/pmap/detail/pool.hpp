@@ -12,11 +12,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <oneapi/tbb/global_control.h>
-#include <oneapi/tbb/task_arena.h>
-#include <oneapi/tbb/task_group.h>
-#include <oneapi/tbb/task_scheduler_observer.h>
-
 #include "pmap/detail/fibers.hpp"
 #include "pmap/detail/thread_state.hpp"
 
@@ -29,27 +24,16 @@
 
 namespace pmap::detail {
 
-/// Binds each worker thread that joins an arena to one CPU: slot k to the k-th CPU of the
-/// process's affinity mask (modulo its size), slot 0 being the calling thread's, left alone.
-class ThreadBinder final : public tbb::task_scheduler_observer {
- public:
-  explicit ThreadBinder(tbb::task_arena& arena);
-  ~ThreadBinder() override;
-  ThreadBinder(const ThreadBinder&) = delete;
-  ThreadBinder& operator=(const ThreadBinder&) = delete;
-  void on_scheduler_entry(bool is_worker) override;
-  void on_scheduler_exit(bool is_worker) override;
-
- private:
-  std::vector<int> cpus_;       ///< the process's CPUs when the Runtime was made
-  std::atomic<int> inside_{0};  ///< threads between their entry and exit notifications
-};
+class Arena;  // src/arena.hpp: oneTBB's arena, whose headers programs that use pmap never parse
 
 /// The worker threads of a Runtime: one oneTBB task_arena, created once.
 class Pool {
  public:
   /// `bind`: bind the workers to CPUs (ThreadBinder, RuntimeConfig::bind_threads).
   Pool(int threads, bool bind);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
   int threads() const { return threads_; }
 
   /// Runs body(i) for i in [0, n) and waits for all of them. The calling thread takes
@@ -79,15 +63,13 @@ class Pool {
       };
       work.canceller = &cancel;
     }
-    fibers::run(arena_, threads_, work);
+    fibers::run(*arena_, threads_, work);
 #endif
   }
 
  private:
   int threads_;
-  std::unique_ptr<tbb::global_control> parallelism_;
-  tbb::task_arena arena_;
-  std::unique_ptr<ThreadBinder> binder_;  ///< after arena_, which it observes
+  std::unique_ptr<Arena> arena_;
 };
 
 }  // namespace pmap::detail

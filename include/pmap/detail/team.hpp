@@ -16,13 +16,11 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <oneapi/tbb/spin_mutex.h>
-#include <oneapi/tbb/task.h>
 
 #include "pmap/axes.hpp"
 #include "pmap/detail/distributed.hpp"
@@ -32,6 +30,7 @@
 #include "pmap/detail/pool.hpp"
 #include "pmap/detail/process_exchange.hpp"
 #include "pmap/detail/slot.hpp"
+#include "pmap/detail/spin_lock.hpp"
 #include "pmap/detail/tensor_traits.hpp"
 #include "pmap/detail/thread_state.hpp"
 #include "pmap/detail/trace_events.hpp"
@@ -183,7 +182,7 @@ class Team {
   /// cancelled by its parent (fail() of the outer team) after this device's inner call joined.
   std::exception_ptr error() const {
     if (!cancelled()) return nullptr;
-    tbb::spin_mutex::scoped_lock guard(lock_);
+    std::lock_guard<SpinLock> guard(lock_);
     return error_;
   }
 
@@ -277,7 +276,7 @@ class Team {
   alignas(64) std::atomic<int> sleepers_{0};  // == blocked_, readable without the lock
   std::atomic<bool> cancelled_{false};
   std::atomic<int> calls_done_{0};  // devices whose call returned normally (last_call_done)
-  alignas(64) mutable tbb::spin_mutex lock_;
+  alignas(64) mutable SpinLock lock_;
   int blocked_ = 0;                 // guarded by lock_
   std::exception_ptr error_;        // written once under lock_, read under it (error())
   int error_device_ = -1;
