@@ -125,6 +125,12 @@ void copy_box(T* dst, const T* src, const Box& box, bool stream) {
   }
 }
 
+// Compiled once in the library (src/layout.cpp) for the common scalars, not in every program.
+extern template void copy_box<float>(float*, const float*, const Box&, bool);
+extern template void copy_box<double>(double*, const double*, const Box&, bool);
+extern template void copy_box<std::int32_t>(std::int32_t*, const std::int32_t*, const Box&, bool);
+extern template void copy_box<std::int64_t>(std::int64_t*, const std::int64_t*, const Box&, bool);
+
 /// out = in, or zeros when there is no input (ppermute: nobody sends to this device).
 template <class T>
 void copy_or_zero(T* out, const T* in, std::int64_t size) {

@@ -158,6 +158,48 @@ void reduce_once_per_thread(P& peers, Acc* out, std::int64_t size, const ResultK
   keep_result(key, out);
 }
 
+/// How reduce_peers shares out a reduction's work (reduce()).
+struct ReduceWay {
+  bool split = false;            ///< split_reduce
+  bool once_per_thread = false;  ///< reduce_once_per_thread (else every member reduces all)
+  bool in_place = false;         ///< split: the result is the device's own input
+  bool stream = false;           ///< split: copy the peers' chunks with streaming stores
+  ResultKey key;                 ///< once per thread: which collective
+};
+
+/// A reduction's work over its peers once they met (the body of reduce()'s rendezvous).
+template <OpKind K, class Acc, class T>
+void reduce_peers(Peers<T>& peers, Acc* out, std::int64_t size, const ReduceWay& way) {
+  if (way.split)
+    split_reduce<K, Acc, T>(peers, out, size, way.in_place, way.stream);
+  else if (way.once_per_thread)
+    reduce_once_per_thread<K, Acc, T>(peers, out, size, way.key);
+  else
+    reduce_block<K, Acc, T>(out, size, peers.size(), [&](int k) { return peers.input(k); });
+}
+
+/// The reductions the library compiles once (src/reductions.cpp), so that a program's
+/// collectives of these types do not compile them again: every kind of float and double,
+/// and of the 32- and 64-bit integers, whose pmean accumulates in double (SPEC 5).
+#define PMAP_COMMON_REDUCTIONS(X)                                                            \
+  X(OpKind::psum, float, float) X(OpKind::pmean, float, float) X(OpKind::pmax, float, float) \
+  X(OpKind::pmin, float, float) X(OpKind::psum, double, double)                              \
+  X(OpKind::pmean, double, double) X(OpKind::pmax, double, double)                           \
+  X(OpKind::pmin, double, double) X(OpKind::psum, std::int32_t, std::int32_t)                \
+  X(OpKind::pmean, double, std::int32_t) X(OpKind::pmax, std::int32_t, std::int32_t)         \
+  X(OpKind::pmin, std::int32_t, std::int32_t) X(OpKind::psum, std::int64_t, std::int64_t)    \
+  X(OpKind::pmean, double, std::int64_t) X(OpKind::pmax, std::int64_t, std::int64_t)         \
+  X(OpKind::pmin, std::int64_t, std::int64_t)
+
+#define PMAP_REDUCTION_INSTANCE(PREFIX, K, Acc, T)                                      \
+  PREFIX template void reduce_peers<K, Acc, T>(Peers<T>&, Acc*, std::int64_t,             \
+                                               const ReduceWay&);                         \
+  PREFIX template void reduce_here_and_across<K, Acc, T>(Member&, const GroupInfo&,       \
+                                                         const Collective&, Acc*);
+#define PMAP_EXTERN_REDUCTION(K, Acc, T) PMAP_REDUCTION_INSTANCE(extern, K, Acc, T)
+PMAP_COMMON_REDUCTIONS(PMAP_EXTERN_REDUCTION)
+#undef PMAP_EXTERN_REDUCTION
+
 /// Reduces `x` (an Operand's source: const X& or a donated Eigen::Tensor&&) over the group.
 /// A split reduction writes the result over its input when the input owns its storage and
 /// the scalar type is kept (member p writes only chunk p of its own buffer, which no peer
@@ -192,19 +234,12 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
   if (result.data() == nullptr) result = make_result<Acc, R, L>(ctx, op.shape());
   Acc* out = result.data();
   const bool in_place = static_cast<const void*>(out) == static_cast<const void*>(op.data());
-  const bool stream = streams_into(result);
-  const bool once_per_thread = !split && n > 1 && size > 0 && team.shares_threads();
-  const ResultKey key{team.serial(), Access::member(ctx).phase, g.members.front(),
-                      static_cast<std::size_t>(size) * sizeof(Acc)};
+  const ReduceWay way{split, !split && n > 1 && size > 0 && team.shares_threads(), in_place,
+                      streams_into(result),
+                      ResultKey{team.serial(), Access::member(ctx).phase, g.members.front(),
+                                static_cast<std::size_t>(size) * sizeof(Acc)}};
   rendezvous<T>(ctx, g, describe<T>(name, K, op.shape(), {acc_bytes}, op.data(), out, split ? 2 : 1),
-                [&](Peers<T>& peers) {
-                  if (split)
-                    split_reduce<K, Acc, T>(peers, out, size, in_place, stream);
-                  else if (once_per_thread)
-                    reduce_once_per_thread<K, Acc, T>(peers, out, size, key);
-                  else
-                    reduce_block<K, Acc, T>(out, size, n, [&](int k) { return peers.input(k); });
-                });
+                [&](Peers<T>& peers) { reduce_peers<K, Acc, T>(peers, out, size, way); });
   if (!in_place) recycle(ctx, op);
   return finish_reduce<X>(std::move(result));
 }
