@@ -174,28 +174,28 @@ class Meeting {
 /// The engine's paths (see the top of this file).
 enum class Path { staged, in_place, gathered };
 
-/// What a collective's work sees of its group: member k's input and output, and sync().
-template <class T>
-class Peers {
+/// What a collective's work sees of its group, untyped: member k's input and output, and
+/// sync() between two steps. Peers<T> is the typed view the collectives' work reads.
+class PeerSet {
  public:
-  Peers(Meeting& meeting, const GroupInfo& g, Path path, int parity, std::size_t bytes)
+  PeerSet(Meeting& meeting, const GroupInfo& g, Path path, int parity, std::size_t bytes)
       : meeting_(meeting), team_(meeting.team()), g_(g), path_(path), parity_(parity),
         bytes_(bytes) {}
 
   int size() const { return static_cast<int>(g_.members.size()); }
   /// This device's position in the group.
   int position() const { return g_.position; }
-  const T* input(int k) const {
+  const void* input(int k) const {
     const Slot& s = team_.slot(member(k));
     switch (path_) {
       case Path::staged:
-        return reinterpret_cast<const T*>(s.staged_copy(parity_));
+        return s.staged_copy(parity_);
       case Path::gathered:
-        return reinterpret_cast<const T*>(team_.gathered(member(k), bytes_));
+        return team_.gathered(member(k), bytes_);
       case Path::in_place:
         break;
     }
-    return static_cast<const T*>(s.published_in());
+    return s.published_in();
   }
   /// Member k's result buffer (in place only: a split reduction copies its peers' chunks).
   const void* output(int k) const {
@@ -204,9 +204,9 @@ class Peers {
   }
   /// Gathered path only: the input of team member m, of any group (the exchange carried
   /// every device's), and the number of team members.
-  const T* team_input(int m) const {
+  const void* team_input(int m) const {
     PMAP_ASSERT(path_ == Path::gathered);
-    return reinterpret_cast<const T*>(team_.gathered(m, bytes_));
+    return team_.gathered(m, bytes_);
   }
   int team_size() const { return team_.size(); }
   /// A barrier between two steps of the work (in place only).
@@ -226,111 +226,41 @@ class Peers {
   std::size_t bytes_;
 };
 
-/// The path of collective `c` over group `g` (the same on every member that agrees on it).
-inline Path choose_path(const Team& team, const GroupInfo& g, const Collective& c) {
-  if (team.distributed()) return Path::gathered;
-  const bool whole_team = g.members.size() == static_cast<std::size_t>(team.size());
-  if (c.steps == 1 && !c.in_place && team.size() > 1 && whole_team && c.bytes <= kStagedBytes)
-    return Path::staged;
-  return Path::in_place;
-}
+/// A PeerSet whose inputs are arrays of T.
+template <class T>
+class Peers {
+ public:
+  explicit Peers(PeerSet& set) : set_(set) {}
+  int size() const { return set_.size(); }
+  int position() const { return set_.position(); }
+  const T* input(int k) const { return static_cast<const T*>(set_.input(k)); }
+  const void* output(int k) const { return set_.output(k); }
+  const T* team_input(int m) const { return static_cast<const T*>(set_.team_input(m)); }
+  int team_size() const { return set_.team_size(); }
+  void sync() { set_.sync(); }
 
-/// Before `me` rewrites staged copy `parity`: waits until whoever may still read it has moved
-/// on. After a staged collective over the whole group nobody can (its barrier waited for every
-/// member); after a point-to-point one, its reader may still be in it.
-inline void await_copy_readers(Member& me, int parity) {
-  const int reader = me.copy_reader[parity];
-  if (reader == Member::kNobody) return;
-  Team& team = *me.team;
-  if (reader == Member::kEveryone)
-    team.await_readers(me.index, team.local_members(), me.read_until[parity]);
-  else
-    team.await_readers(me.index, std::span<const int>(&reader, 1), me.read_until[parity]);
-  me.copy_reader[parity] = Member::kNobody;
-}
+ private:
+  PeerSet& set_;
+};
 
-/// After the staged collective `c` of `me` on copy `parity`, whose phases start at `base`:
-/// who may read which copy, and until when (they are done when they arrive at their next
-/// collective).
-inline void note_copy_readers(Member& me, const GroupInfo& g, const Collective& c, int parity,
-                              std::uint64_t base) {
-  me.read_until[parity] = base + kPhasesPerCollective + 1;
-  if (c.source == Collective::kWholeGroup) {
-    me.copy_reader[parity] = Member::kEveryone;
-    me.copy_reader[1 - parity] = Member::kNobody;  // every member arrived here: done with it
-  } else if (c.reader == Collective::kWholeGroup) {
-    me.copy_reader[parity] = Member::kEveryone;
-  } else {
-    me.copy_reader[parity] =
-        c.reader >= 0 ? g.members[static_cast<std::size_t>(c.reader)] : Member::kNobody;
-  }
-}
+/// A collective's work over its peers, by reference and type-erased: the engine's paths are
+/// compiled once, in the library (src/rendezvous.cpp), not for every collective of a program.
+class PeerWork {
+ public:
+  template <class F>
+  explicit PeerWork(const F& f)
+      : f_(&f), call_([](const void* g, PeerSet& peers) { (*static_cast<const F*>(g))(peers); }) {}
+  void operator()(PeerSet& peers) const { call_(f_, peers); }
 
-/// The staged path of rendezvous(): the input copied into the slot, one barrier (or, point
-/// to point, a wait for the source alone), the work over the peers' copies.
-template <class T, class Work>
-void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
-                 const OpDesc& desc, Work& work) {
-  Team& team = *me.team;
-  const bool point_to_point = c.source != Collective::kWholeGroup;
-  const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
-  const std::span<const int> awaited = point_to_point
-                                           ? std::span<const int>(&source, source >= 0 ? 1 : 0)
-                                           : std::span<const int>(g.members);
-  await_copy_readers(me, static_cast<int>(me.staged & 1));
-  const std::uint64_t base = me.phase;
-  if (point_to_point) team.record_unread(me.index, base / kPhasesPerCollective, signature, desc,
-                                         g.axis_label);
-  const int parity =
-      team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes);
-  Meeting meeting(me, awaited, 1, point_to_point);
-  Peers<T> peers(meeting, g, Path::staged, parity, c.bytes);
-  meeting.run([&] {
-    meeting.meet();
-    meeting.check(parity);
-    work(peers);
-  });
-  note_copy_readers(me, g, c, parity, base);
-}
+ private:
+  const void* f_;
+  void (*call_)(const void*, PeerSet&);
+};
 
-/// rendezvous() on `path`.
-template <class T, class Work>
-void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, Work&& work) {
-  Team& team = *me.team;
-  const std::uint64_t signature = c.signature ^ g.signature;
-  const OpDesc desc{c.name, c.dtype, c.shape};
-  switch (path) {
-    case Path::staged:
-      meet_staged<T>(me, g, c, signature, desc, work);
-      return;
-    case Path::gathered: {
-      team.publish(me.index, desc, g.axis_label, signature, c.in, c.out);
-      Meeting meeting(me, team.local_members(), 3);
-      Peers<T> peers(meeting, g, path, -1, c.bytes);
-      meeting.run([&] {
-        meeting.meet();
-        meeting.check();
-        if (me.index == team.local_leader()) team.exchange_gather(me.index, c.bytes);
-        meeting.meet();
-        if (team.cancelled()) throw Cancelled{};  // the leader may have left without it
-        team.raise_if_exchange_failed(me.index);
-        work(peers);
-      });
-      return;
-    }
-    case Path::in_place: {
-      team.publish(me.index, desc, g.axis_label, signature, c.in, c.out);
-      Meeting meeting(me, g.members, c.steps + 1);
-      Peers<T> peers(meeting, g, path, -1, c.bytes);
-      meeting.run([&] {
-        meeting.meet();
-        meeting.check();
-        work(peers);
-      });
-      return;
-    }
-  }
-}
+/// Runs collective `c` of `me` over group `g` on the path the engine chooses (the same on
+/// every member: see the top of this file): publish, meet, work(peers), meet; while a trace
+/// records, as one slice of the device's track.
+void meet_peers(Member& me, const GroupInfo& g, const Collective& c, PeerWork work);
 
 /// Runs meet(), the whole of collective `c` of `me` over `g` on `path`; while a trace
 /// records, as one slice of the device's track (also when it ends by an exception).
@@ -356,9 +286,11 @@ void traced(Member& me, const GroupInfo& g, const Collective& c, Path path, Meet
 /// Runs collective `c` of this device over group `g`: publish, meet, work(peers), meet.
 template <class T, class Work>
 void rendezvous(Context& ctx, const GroupInfo& g, const Collective& c, Work&& work) {
-  Member& me = Access::member(ctx);
-  const Path path = choose_path(*me.team, g, c);
-  traced(me, g, c, path, [&] { meet_on<T>(me, path, g, c, work); });
+  const auto typed = [&work](PeerSet& set) {
+    Peers<T> peers(set);
+    work(peers);
+  };
+  meet_peers(Access::member(ctx), g, c, PeerWork(typed));
 }
 
 /// Runs one leaf's collective (a leaf class, as Described): one rendezvous over g, the leaf's

@@ -77,89 +77,19 @@ inline constexpr bool in_memory_v<Eigen::TensorMap<P, O, M>, T2, L> = in_memory_
 template <class O, class S>
 class Sink;
 
-/// A mapped output: the device axis is inserted at `axis`; each device writes its place.
-template <class O>
-class Sink<O, int> {
-  using Tr = output_leaf<std::remove_cvref_t<O>>;
-  using T = typename Tr::scalar;
-  static constexpr int R = Tr::rank;
-  static constexpr int L = Tr::layout;
-
+/// What a mapped output's sink does that depends only on the result's scalar, rank and
+/// layout, not on the kernel's output type: one per result type, whatever the expressions
+/// that produce it, and compiled once in the library for the common ones (src/sinks.cpp).
+template <class T, int R, int L>
+class MappedSink {
  public:
   using Result = Eigen::Tensor<T, R + 1, L>;
 
-  Sink(const CallInfo& call, int axis, int index) : call_(call), index_(index) {
+  MappedSink(const CallInfo& call, int axis, int index) : call_(call), index_(index) {
     if (axis < -(R + 1) || axis > R) raise_out_axis(axis, index, R);
     axis_ = axis < 0 ? axis + R + 1 : axis;
   }
 
-  /// Writes into a caller-owned result instead of allocating one. Its shape is checked
-  /// against what the call returns: here when that is known in advance (scalar outputs),
-  /// else by the first device to finish, before anything is written.
-  template <class Target>
-  void bind(Target& target) {
-    using TT = tensor_leaf<std::remove_cvref_t<Target>>;
-    target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
-    target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
-    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R + 1 && TT::layout == L) {
-      data_ = target.data();  // nullptr for an empty target, which is still a valid one
-      target_typed_ = true;
-    }
-    bound_ = true;
-    if constexpr (R == 0) check_target(Shape{});
-  }
-
-  template <class V>
-  void write(int i, const V& value) {
-    if constexpr (is_core_dense_v<V>) {
-      const typename V::PlainObject& plain = value;  // the object itself, or evaluated
-      write(i, core_as_tensor<V>(plain));
-    } else {
-      write_tensor(i, value);
-    }
-  }
-
- private:
-  template <class V>
-  void write_tensor(int i, const V& value) {
-    const Shape s = output_shape(value);
-    if (Once::Owner owner = once_.claim()) {
-      shape_ = s;
-      owner_ = i;
-      full_ = insert_axis(s, axis_, call_.n);
-      if (bound_) {
-        try {
-          check_target(s);
-        } catch (...) {
-          target_rejected_ = true;
-          owner.publish();  // published as rejected: every device raises the same error
-          throw;
-        }
-      } else {
-        result_ = Result(dsizes<T, R + 1, L>(full_));
-        data_ = result_.data();
-        prepare_result(data_, static_cast<std::size_t>(full_.size()) * sizeof(T));
-      }
-      owner.publish();
-    }
-    if (target_rejected_) check_target(s);  // every device fails like the first one
-    if (!(s == shape_)) raise_output_shapes_differ(index_, call_.id(owner_), shape_, call_.id(i), s);
-    if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
-      data_[i] = value;
-    } else if constexpr (in_memory_v<std::remove_cvref_t<V>, T, L>) {
-      copy_block(i, value.data());
-    } else {
-      const bool contiguous = (L == Eigen::RowMajor) ? axis_ == 0 : axis_ == R;
-      if (contiguous)
-        Eigen::TensorMap<Eigen::Tensor<T, R, L>>(data_ + shape_.size() * i, dsizes<T, R, L>(shape_)) =
-            value;
-      else  // a slice of extent 1 along the device axis, not chip(): GCC 12 -Warray-bounds
-        Eigen::TensorMap<Eigen::Tensor<T, R + 1, L>>(data_, dsizes<T, R + 1, L>(full_))
-            .slice(position(i), extent_one()) = value.reshape(extent_one());
-    }
-  }
-
- public:
   /// Written by the devices already: nothing left for the pass after the call.
   void plan() {
     if (call_.n == 0 && !bound_) result_ = Result(dsizes<T, R + 1, L>(insert_axis(Shape{R}, axis_, 0)));
@@ -171,23 +101,18 @@ class Sink<O, int> {
   void raise_mismatch() const {}
   Result take() { return std::move(result_); }
 
- private:
+ protected:
+  /// Before device i writes an output of shape s: the first to come allocates the result
+  /// (or checks the caller's target); each checks its shape against the first's.
+  void begin(int i, const Shape& s);
   /// Block i of the result, copied from an array of shape_ in layout L run by run: no Eigen
   /// assignment to a strided slice to instantiate per output type. place_block (layout.hpp)
   /// with memmove or element by element instead of memcpy: a kernel may return a view of
   /// the target.
-  void copy_block(int i, const T* from) {
-    if (shape_.size() == 0) return;
-    const Split3 split = split_around(insert_axis(shape_, axis_, 1), axis_, L);
-    const std::int64_t run = split.inner, step = run * call_.n;
-    T* to = data_ + i * run;
-    for (std::int64_t o = 0; o < split.outer; ++o) {
-      if (run < 16)
-        for (std::int64_t k = 0; k < run; ++k) to[o * step + k] = from[o * run + k];
-      else
-        std::memmove(to + o * step, from + o * run, static_cast<std::size_t>(run) * sizeof(T));
-    }
-  }
+  void copy_block(int i, const T* from);
+  /// The caller-owned result must have the shape, scalar type and layout the call returns
+  /// for a device output of shape s.
+  void check_target(const Shape& s) const;
 
   Eigen::DSizes<Eigen::DenseIndex, R + 1> position(int i) const {
     Eigen::DSizes<Eigen::DenseIndex, R + 1> at;
@@ -196,15 +121,6 @@ class Sink<O, int> {
   }
   Eigen::DSizes<Eigen::DenseIndex, R + 1> extent_one() const {
     return dsizes<T, R + 1, L>(insert_axis(shape_, axis_, 1));
-  }
-
-  /// The caller-owned result must have the shape, scalar type and layout the call returns
-  /// for a device output of shape s.
-  void check_target(const Shape& s) const {
-    const Shape expected = insert_axis(s, axis_, call_.n);
-    if (!target_typed_ || !(expected == target_shape_))
-      raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), expected, target_dtype_.c_str(),
-                          target_shape_);
   }
 
   const CallInfo& call_;
@@ -220,6 +136,129 @@ class Sink<O, int> {
   bool target_rejected_ = false;
   Shape target_shape_;
   std::string target_dtype_;
+};
+
+template <class T, int R, int L>
+void MappedSink<T, R, L>::begin(int i, const Shape& s) {
+  if (Once::Owner owner = once_.claim()) {
+    shape_ = s;
+    owner_ = i;
+    full_ = insert_axis(s, axis_, call_.n);
+    if (bound_) {
+      try {
+        check_target(s);
+      } catch (...) {
+        target_rejected_ = true;
+        owner.publish();  // published as rejected: every device raises the same error
+        throw;
+      }
+    } else {
+      result_ = Result(dsizes<T, R + 1, L>(full_));
+      data_ = result_.data();
+      prepare_result(data_, static_cast<std::size_t>(full_.size()) * sizeof(T));
+    }
+    owner.publish();
+  }
+  if (target_rejected_) check_target(s);  // every device fails like the first one
+  if (!(s == shape_)) raise_output_shapes_differ(index_, call_.id(owner_), shape_, call_.id(i), s);
+}
+
+template <class T, int R, int L>
+void MappedSink<T, R, L>::copy_block(int i, const T* from) {
+  if (shape_.size() == 0) return;
+  const Split3 split = split_around(insert_axis(shape_, axis_, 1), axis_, L);
+  const std::int64_t run = split.inner, step = run * call_.n;
+  T* to = data_ + i * run;
+  for (std::int64_t o = 0; o < split.outer; ++o) {
+    if (run < 16)
+      for (std::int64_t k = 0; k < run; ++k) to[o * step + k] = from[o * run + k];
+    else
+      std::memmove(to + o * step, from + o * run, static_cast<std::size_t>(run) * sizeof(T));
+  }
+}
+
+template <class T, int R, int L>
+void MappedSink<T, R, L>::check_target(const Shape& s) const {
+  const Shape expected = insert_axis(s, axis_, call_.n);
+  if (!target_typed_ || !(expected == target_shape_))
+    raise_into_mismatch(index_, layout_tagged_dtype<T>(L).c_str(), expected, target_dtype_.c_str(),
+                        target_shape_);
+}
+
+/// The result types whose MappedSink the library compiles (src/sinks.cpp): float and double
+/// device outputs of rank 0 to 2, the tensors in either layout. Only these: declaring one
+/// instantiates its class in every program (12 ms of parse each).
+#define PMAP_COMMON_MAPPED_SINKS(X, T)                                                         \
+  X(T, 0, Eigen::RowMajor) X(T, 1, Eigen::RowMajor) X(T, 1, Eigen::ColMajor)                   \
+  X(T, 2, Eigen::RowMajor) X(T, 2, Eigen::ColMajor)
+#define PMAP_EXTERN_MAPPED_SINK(T, R, L) extern template class MappedSink<T, R, L>;
+PMAP_COMMON_MAPPED_SINKS(PMAP_EXTERN_MAPPED_SINK, float)
+PMAP_COMMON_MAPPED_SINKS(PMAP_EXTERN_MAPPED_SINK, double)
+#undef PMAP_EXTERN_MAPPED_SINK
+
+/// A mapped output: the device axis is inserted at `axis`; each device writes its place.
+template <class O>
+class Sink<O, int>
+    : public MappedSink<typename output_leaf<std::remove_cvref_t<O>>::scalar,
+                        output_leaf<std::remove_cvref_t<O>>::rank,
+                        output_leaf<std::remove_cvref_t<O>>::layout> {
+  using Tr = output_leaf<std::remove_cvref_t<O>>;
+  using T = typename Tr::scalar;
+  static constexpr int R = Tr::rank;
+  static constexpr int L = Tr::layout;
+  using Base = MappedSink<T, R, L>;
+
+ public:
+  using typename Base::Result;
+
+  Sink(const CallInfo& call, int axis, int index) : Base(call, axis, index) {}
+
+  /// Writes into a caller-owned result instead of allocating one. Its shape is checked
+  /// against what the call returns: here when that is known in advance (scalar outputs),
+  /// else by the first device to finish, before anything is written.
+  template <class Target>
+  void bind(Target& target) {
+    using TT = tensor_leaf<std::remove_cvref_t<Target>>;
+    this->target_shape_ = shape_of_dims(target.dimensions(), TT::rank);
+    this->target_dtype_ = layout_tagged_dtype<typename TT::scalar>(TT::layout);
+    if constexpr (std::is_same_v<typename TT::scalar, T> && TT::rank == R + 1 && TT::layout == L) {
+      this->data_ = target.data();  // nullptr for an empty target, which is still a valid one
+      this->target_typed_ = true;
+    }
+    this->bound_ = true;
+    if constexpr (R == 0) this->check_target(Shape{});
+  }
+
+  template <class V>
+  void write(int i, const V& value) {
+    if constexpr (is_core_dense_v<V>) {
+      const typename V::PlainObject& plain = value;  // the object itself, or evaluated
+      write(i, core_as_tensor<V>(plain));
+    } else {
+      write_tensor(i, value);
+    }
+  }
+
+ private:
+  template <class V>
+  void write_tensor(int i, const V& value) {
+    this->begin(i, output_shape(value));
+    T* const data = this->data_;
+    if constexpr (is_arithmetic_scalar_v<std::remove_cvref_t<V>>) {
+      data[i] = value;
+    } else if constexpr (in_memory_v<std::remove_cvref_t<V>, T, L>) {
+      this->copy_block(i, value.data());
+    } else {
+      const Shape& shape = this->shape_;
+      const bool contiguous = (L == Eigen::RowMajor) ? this->axis_ == 0 : this->axis_ == R;
+      if (contiguous)
+        Eigen::TensorMap<Eigen::Tensor<T, R, L>>(data + shape.size() * i, dsizes<T, R, L>(shape)) =
+            value;
+      else  // a slice of extent 1 along the device axis, not chip(): GCC 12 -Warray-bounds
+        Eigen::TensorMap<Eigen::Tensor<T, R + 1, L>>(data, dsizes<T, R + 1, L>(this->full_))
+            .slice(this->position(i), this->extent_one()) = value.reshape(this->extent_one());
+    }
+  }
 };
 
 /// An output assembled once every device returned: each device's value is kept; plan()
