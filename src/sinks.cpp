@@ -1,6 +1,6 @@
 // The mapped outputs' sinks of the common result types, compiled once here (pmap/detail/
-// sinks.hpp declares them extern).
-#include "pmap/detail/sinks.hpp"
+// mapped_sink.hpp declares them extern).
+#include "pmap/detail/mapped_sink.hpp"
 
 namespace pmap::detail {
 
