@@ -10,6 +10,9 @@ namespace pmap {
 namespace detail {
 namespace {
 
+/// Polls of Pending::ready() that find a posted collective not arrived before one waits.
+constexpr int kPolls = 64;
+
 bool is_cancellation(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -54,6 +57,44 @@ void Access::complete_through(Context& c, const Started* last) {
     }
     if (op == last) return;
   }
+}
+
+bool Access::make_progress(Context& c, Started* op) {
+  if (c.completing_) return op->done;
+  for (Started* older : c.started_) {
+    if (older->done) continue;
+    if (!older->posted) {
+      complete_through(c, op);  // SPEC 11's order: this one runs now, and op after it
+      return op->done;
+    }
+    if (!older->arrived(c)) {
+      // A poll lets the thread's other devices run (its source may be one of them); after a
+      // few, it waits as wait() does, which suspends the device properly: the thread may not
+      // start a device that has not run yet while this one is ready (as Team::yield_until).
+      if (++op->polls < kPolls) {
+        c.member_.team->yield(c.member_.index);
+        return false;
+      }
+      break;
+    }
+    if (older == op) break;
+  }
+  complete_through(c, op);
+  return op->done;
+}
+
+void Access::make_room(Context& c) {
+  const Started* last_unposted = nullptr;
+  for (const Started* op : c.started_)
+    if (!op->done && !op->posted) last_unposted = op;
+  if (last_unposted != nullptr) complete_through(c, last_unposted);
+  const Started* oldest = nullptr;
+  int in_flight = 0;
+  for (const Started* op : c.started_) {
+    if (op->done) continue;
+    if (in_flight++ == 0) oldest = op;
+  }
+  if (in_flight >= 2) complete_through(c, oldest);
 }
 
 void Access::abandon(Context& c, Started* op, bool unwinding) noexcept {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <span>
 
 namespace pmap::detail {
@@ -19,61 +20,70 @@ Path choose_path(const Team& team, const GroupInfo& g, const Collective& c) {
   return Path::in_place;
 }
 
-/// Before `me` rewrites staged copy `parity`: waits until whoever may still read it has moved
+/// Before `me` rewrites staged copy `copy`: waits until whoever may still read it has moved
 /// on. After a staged collective over the whole group nobody can (its barrier waited for every
 /// member); after a point-to-point one, its reader may still be in it.
-void await_copy_readers(Member& me, int parity) {
-  const int reader = me.copy_reader[parity];
+void await_copy_readers(Member& me, int copy) {
+  const int reader = me.copy_reader[copy];
   if (reader == Member::kNobody) return;
   Team& team = *me.team;
-  if (reader == Member::kEveryone)
-    team.await_readers(me.index, team.local_members(), me.read_until[parity]);
-  else
-    team.await_readers(me.index, std::span<const int>(&reader, 1), me.read_until[parity]);
-  me.copy_reader[parity] = Member::kNobody;
-}
-
-/// After the staged collective `c` of `me` on copy `parity`, whose phases start at `base`:
-/// who may read which copy, and until when (they are done when they arrive at their next
-/// collective).
-void note_copy_readers(Member& me, const GroupInfo& g, const Collective& c, int parity,
-                              std::uint64_t base) {
-  me.read_until[parity] = base + kPhasesPerCollective + 1;
-  if (c.source == Collective::kWholeGroup) {
-    me.copy_reader[parity] = Member::kEveryone;
-    me.copy_reader[1 - parity] = Member::kNobody;  // every member arrived here: done with it
-  } else if (c.reader == Collective::kWholeGroup) {
-    me.copy_reader[parity] = Member::kEveryone;
-  } else {
-    me.copy_reader[parity] =
-        c.reader >= 0 ? g.members[static_cast<std::size_t>(c.reader)] : Member::kNobody;
+  if (reader == Member::kEveryone) {
+    team.await_readers(me.index, team.local_members(), me.read_until[copy]);
+  } else if (!me.seen_at(reader, me.read_until[copy])) {
+    team.await_readers(me.index, std::span<const int>(&reader, 1), me.read_until[copy]);
+    me.note_seen(reader, team.slot(reader).phase.load(std::memory_order_relaxed));
   }
+  me.copy_reader[copy] = Member::kNobody;
 }
 
-/// The staged path of rendezvous(): the input copied into the slot, one barrier (or, point
-/// to point, a wait for the source alone), the work over the peers' copies.
+/// `me` stages collective `c` over `g` in copy `copy`, its phases starting at `base`: who may
+/// read the copy, and until when (Member::read_until).
+void note_copy_readers(Member& me, const GroupInfo& g, const Collective& c, int copy,
+                       std::uint64_t base) {
+  me.read_until[copy] = base + 2 * kPhasesPerCollective + 1;
+  if (c.reader == Collective::kWholeGroup)
+    me.copy_reader[copy] = Member::kEveryone;
+  else
+    me.copy_reader[copy] =
+        c.reader >= 0 ? g.members[static_cast<std::size_t>(c.reader)] : Member::kNobody;
+}
+
+/// After a staged collective over the whole group whose phases start at `base`: every member
+/// arrived at it, so is done with the copies of the collectives two before it and older.
+void note_everyone_arrived(Member& me, std::uint64_t base) {
+  for (int k = 0; k < kStagedCopies; ++k)
+    if (me.read_until[k] <= base + 1) me.copy_reader[k] = Member::kNobody;
+}
+
+/// The first half of the staged path: the input copied into the next copy, the phases
+/// counted, the description published.
+int stage(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
+          const OpDesc& desc, std::uint64_t& base) {
+  Team& team = *me.team;
+  const int copy = static_cast<int>(me.staged % kStagedCopies);
+  await_copy_readers(me, copy);
+  base = me.phase;
+  if (c.source != Collective::kWholeGroup)
+    team.record_unread(me.index, base / kPhasesPerCollective, signature, desc, g.axis_label);
+  team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes);
+  note_copy_readers(me, g, c, copy, base);
+  return copy;
+}
+
+/// The staged path of rendezvous() over the whole group: the input copied into the slot, one
+/// barrier, the work over the peers' copies.
 void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
                  const OpDesc& desc, const PeerWork& work) {
-  Team& team = *me.team;
-  const bool point_to_point = c.source != Collective::kWholeGroup;
-  const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
-  const std::span<const int> awaited = point_to_point
-                                           ? std::span<const int>(&source, source >= 0 ? 1 : 0)
-                                           : std::span<const int>(g.members);
-  await_copy_readers(me, static_cast<int>(me.staged & 1));
-  const std::uint64_t base = me.phase;
-  if (point_to_point) team.record_unread(me.index, base / kPhasesPerCollective, signature, desc,
-                                         g.axis_label);
-  const int parity =
-      team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes);
-  Meeting meeting(me, awaited, 1, point_to_point);
-  PeerSet peers(meeting, g, Path::staged, parity, c.bytes);
+  std::uint64_t base = 0;
+  const int copy = stage(me, g, c, signature, desc, base);
+  Meeting meeting(me, g.members, 1);
+  PeerSet peers(nullptr, *me.team, g, Path::staged, copy, c.bytes);
   meeting.run([&] {
     meeting.meet();
-    meeting.check(parity);
+    meeting.check(copy);
     work(peers);
   });
-  note_copy_readers(me, g, c, parity, base);
+  note_everyone_arrived(me, base);
 }
 
 /// rendezvous() on `path`.
@@ -83,12 +93,19 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
   const OpDesc desc{c.name, c.dtype, c.shape};
   switch (path) {
     case Path::staged:
-      meet_staged(me, g, c, signature, desc, work);
+      if (c.source == Collective::kWholeGroup) {
+        meet_staged(me, g, c, signature, desc, work);
+      } else {  // both halves of a posted collective (rendezvous.hpp: Posted)
+        const Posted posted = post(me, g, c);
+        complete(me, posted);
+        PeerSet peers(nullptr, team, g, Path::staged, posted.copy, c.bytes);
+        work(peers);
+      }
       return;
     case Path::gathered: {
       team.publish(me.index, desc, g.axis_label, signature, c.in, c.out);
       Meeting meeting(me, team.local_members(), 3);
-      PeerSet peers(meeting, g, path, -1, c.bytes);
+      PeerSet peers(&meeting, team, g, path, -1, c.bytes);
       meeting.run([&] {
         meeting.meet();
         meeting.check();
@@ -103,7 +120,7 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
     case Path::in_place: {
       team.publish(me.index, desc, g.axis_label, signature, c.in, c.out);
       Meeting meeting(me, g.members, c.steps + 1);
-      PeerSet peers(meeting, g, path, -1, c.bytes);
+      PeerSet peers(&meeting, team, g, path, -1, c.bytes);
       meeting.run([&] {
         meeting.meet();
         meeting.check();
@@ -115,6 +132,48 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
 }
 
 }  // namespace
+
+bool can_post(const Member& me, const GroupInfo& g, const Collective& c) {
+  return c.source != Collective::kWholeGroup && choose_path(*me.team, g, c) == Path::staged;
+}
+
+Posted post(Member& me, const GroupInfo& g, const Collective& c) {
+  PMAP_ASSERT(can_post(me, g, c));
+  Posted posted;
+  const OpDesc desc{c.name, c.dtype, c.shape};
+  posted.copy = stage(me, g, c, c.signature ^ g.signature, desc, posted.base);
+  posted.source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
+  me.phase = posted.base + kPhasesPerCollective;
+  me.team->arrive(me.index, posted.base + 1);
+  return posted;
+}
+
+bool arrived(const Member& me, const Posted& posted) {
+  if (posted.source < 0) return true;
+  const Slot& s = me.team->slot(posted.source);
+  return s.phase.load(std::memory_order_acquire) > posted.base ||
+         s.finished.load(std::memory_order_acquire) || me.team->cancelled();
+}
+
+const void* complete(Member& me, const Posted& posted) {
+  Team& team = *me.team;
+  const std::span<const int> awaited(&posted.source, posted.source >= 0 ? 1 : 0);
+  const std::uint64_t target = posted.base + 1;
+  std::exception_ptr failure;
+  try {
+    team.await_arrival(me.index, awaited, target);
+    team.check_agreement(me.index, awaited, target, posted.copy);
+    if (posted.source < 0) return nullptr;
+    const Slot& source = team.slot(posted.source);
+    me.note_seen(posted.source, source.phase.load(std::memory_order_relaxed));
+    return source.staged_copy(posted.copy);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // As Meeting::run: drained outside the handler (a drain may suspend).
+  team.drain(me.index, awaited, target, target, true);
+  std::rethrow_exception(failure);
+}
 
 void meet_peers(Member& me, const GroupInfo& g, const Collective& c, PeerWork work) {
   const Path path = choose_path(*me.team, g, c);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "pmap/detail/assert.hpp"
@@ -96,8 +97,7 @@ void Team::reset() {
     s.finished.store(false, std::memory_order_relaxed);
     s.runner.store(nullptr, std::memory_order_relaxed);
     s.signature.store(0, std::memory_order_relaxed);
-    s.staged_signature[0].store(0, std::memory_order_relaxed);
-    s.staged_signature[1].store(0, std::memory_order_relaxed);
+    for (auto& signature : s.staged_signature) signature.store(0, std::memory_order_relaxed);
     s.departed = {};  // the time between calls is not a phase (phase_length is kept)
     s.final_phase = 0;
     s.awaits = -1;
@@ -178,6 +178,13 @@ void Team::await_readers(int me, std::span<const int> readers, std::uint64_t tar
   if (waited >= 0) tracing::wait(*this, me, waited);
 }
 
+void Team::arrive(int me, std::uint64_t target) {
+  Slot& mine = slot(me);
+  if (mine.phase.load(std::memory_order_relaxed) >= target) return;
+  mine.phase.store(target, std::memory_order_seq_cst);
+  announce(me);
+}
+
 void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t target,
                            bool point_to_point) {
   Slot& mine = slot(me);
@@ -193,6 +200,18 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
   // alone, and announce() woke them.
   const bool complete = reached(members, target, me);
   if (complete && !point_to_point && sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+  wait_for(me, members, target, point_to_point, complete);
+}
+
+void Team::await_arrival(int me, std::span<const int> members, std::uint64_t target) {
+  // Arrived already (it travelled while this device computed): not even a clock read.
+  if (reached(members, target, me)) return;
+  wait_for(me, members, target, true, false);
+}
+
+void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
+                    bool point_to_point, bool complete) {
+  Slot& mine = slot(me);
   if (!may_spin_) {
     if (!complete) {
       const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
@@ -222,6 +241,18 @@ void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t t
   }
   mine.departed = Clock::now();
   if (waited >= 0) tracing::wait(*this, me, waited);
+}
+
+void Team::yield(int me) {
+  (void)me;
+#if !PMAP_DEVICE_THREADS
+  if (fibers::Fiber* const f = this_thread().fiber) {
+    fibers::resume(f);  // behind the ready fibers of this thread, which run first
+    fibers::suspend();
+    return;
+  }
+#endif
+  std::this_thread::yield();
 }
 
 bool Team::yield_until(int me, std::span<const int> members, std::uint64_t target) {

@@ -39,25 +39,36 @@ std::string describe_op(const OpDesc& desc, std::string_view axes) {
 }
 
 void Team::check_agreement(int me, std::span<const int> members, std::uint64_t target,
-                           int parity) const {
-  auto signature = [parity](const Slot& s) {
-    return parity < 0 ? s.signature.load(std::memory_order_acquire)
-                      : s.staged_signature[parity].load(std::memory_order_acquire);
+                           int copy) const {
+  auto signature = [copy](const Slot& s) {
+    return copy < 0 ? s.signature.load(std::memory_order_acquire)
+                    : s.staged_signature[copy].load(std::memory_order_acquire);
+  };
+  // A staged collective as its copy describes it: the slot's latest description may be of a
+  // collective started after it.
+  auto described = [copy](const Slot& s) {
+    return copy < 0 ? describe_op(s.desc, s.axes)
+                    : describe_op(s.staged_desc[copy].desc, s.staged_desc[copy].axes);
   };
   const Slot& mine = slot(me);
   const std::uint64_t sig = signature(mine);
   for (int m : members) {
     const Slot& s = slot(m);
-    if (signature(s) == sig) continue;
-    // The peer's description is stable while it has not moved past this collective.
-    const bool stable = s.phase.load(std::memory_order_acquire) <= target;
-    std::string peer = stable ? describe_op(s.desc, s.axes) : std::string("a different collective");
+    const std::uint64_t theirs = signature(s);
+    if (theirs == sig) continue;
+    // The peer's description is stable while it has not moved past this collective (or, of
+    // a staged copy, while the copy was not staged again).
+    std::string peer = described(s);
+    const bool stable = copy < 0 ? s.phase.load(std::memory_order_acquire) <= target
+                                 : signature(s) == theirs;
+    if (!stable) peer = "a different collective";
+    const char* name = copy < 0 ? mine.desc.name : mine.staged_desc[copy].desc.name;
     throw DeviceError(device_id(me),
                       fmt::format("{}: device {} called {}, but device {} called {}; every device "
                                   "of a group must call the same collectives in the same order "
                                   "with the same shapes{}",
-                                  mine.desc.name, device_id(me), describe_op(mine.desc, mine.axes), device_id(m),
-                                  peer, stable ? first_differing_leaf(mine, s) : std::string()));
+                                  name, device_id(me), described(mine), device_id(m), peer,
+                                  stable ? first_differing_leaf(mine, s) : std::string()));
   }
 }
 

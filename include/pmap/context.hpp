@@ -35,13 +35,20 @@ struct GroupInfo;
 class Started {
  public:
   virtual ~Started() = default;
-  /// Runs the blocking collective on the held operand and keeps its result.
+  /// Runs the blocking collective on the held operand and keeps its result (a posted one:
+  /// completes it).
   virtual void run(Context& ctx) = 0;
+  /// Posted: run() would not wait (its source arrived).
+  virtual bool arrived(const Context&) const { return false; }
   /// The kernel is unwinding past the Pending that owns this collective.
   bool unwinding() const { return std::uncaught_exceptions() > uncaught_at_start; }
 
   Context* context = nullptr;  ///< the device that started it; null once its kernel ended
   bool done = false;           ///< it ran (error: what it met)
+  /// Posted when it started (rendezvous.hpp: Posted); run() completes it. Otherwise run()
+  /// runs the whole blocking collective.
+  bool posted = false;
+  int polls = 0;  ///< ready() found it not arrived (Access::make_progress)
   bool waited = false;
   std::exception_ptr error;
   int uncaught_at_start = 0;
@@ -346,6 +353,25 @@ struct Access {
     op->uncaught_at_start = std::uncaught_exceptions();
     if (tracing::recording()) [[unlikely]] op->started_at = tracing::now();
     c.started_.push_back(op);
+  }
+  /// Pending::ready() for `op`, not done: completes it when that does not wait for a peer
+  /// (every posted collective up to it arrived), runs the ones not posted before it; true if
+  /// it is done.
+  static bool make_progress(Context& c, Started* op);
+  /// Before `c` posts a started collective (rendezvous.hpp: Posted), which takes its place in
+  /// the device's sequence when it starts: the started ones that were not posted run first,
+  /// and of two posted ones still in flight the older completes (Member::read_until).
+  static void make_room(Context& c);
+  /// Runs f(), the posting of a started collective, with the queue closed: the group lookup
+  /// of the collective being posted completes nothing (make_room did what must be done).
+  template <class F>
+  static void posting(Context& c, F&& f) {
+    struct Reopen {
+      bool& completing;
+      ~Reopen() { completing = false; }
+    } reopen{c.completing_};
+    c.completing_ = true;
+    f();
   }
   /// Pending::wait() for `op` while a trace records: its wait() slice around the run.
   static void traced_wait(Context& c, Started* op);

@@ -77,6 +77,60 @@ auto hold(X&& x) {
   }
 }
 
+/// A started ppermute of one tensor or scalar: posted when it starts if its path allows it
+/// (rendezvous.hpp: Posted: staged, point to point), so that it travels while the device
+/// computes and its wait() finds it arrived; otherwise the blocking ppermute runs when it
+/// must, as every other started collective does.
+template <class Held>
+class StartedPermute final
+    : public StartedOf<std::remove_cvref_t<decltype(std::declval<Context&>().ppermute(
+          std::declval<Held&>().get(), AxisNames{}, std::vector<std::pair<int, int>>{}))>> {
+  using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
+  using T = typename Operand<X>::T;
+
+ public:
+  explicit StartedPermute(Held held) : held_(std::move(held)) {}
+
+  /// Posts it, when it can: its operand then moves into the collective (an rvalue is donated
+  /// when it completes, as in the blocking call). Otherwise keeps what the blocking ppermute
+  /// takes, for run().
+  void post(Context& ctx, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
+    const PermuteOp op = ppermute_op(ctx, axes, perm);
+    std::size_t bytes = sizeof(T);
+    if constexpr (!Operand<X>::is_scalar) bytes *= static_cast<std::size_t>(held_.get().size());
+    Collective probe;
+    probe.bytes = bytes;
+    probe.source = op.from;
+    if (!can_post(Access::member(ctx), *op.g, probe)) {
+      axes_ = std::move(axes);
+      perm_ = perm;
+      return;
+    }
+    leaf_.emplace(ctx, held_.get(), op);
+    posted_ = detail::post(Access::member(ctx), *op.g, permute_collective(*leaf_, op));
+    this->posted = true;
+  }
+  void run(Context& ctx) override {
+    if (!this->posted) {
+      this->result.emplace(ctx.ppermute(held_.get(), axes_, perm_));
+      return;
+    }
+    const void* from = detail::complete(Access::member(ctx), posted_);
+    leaf_->work(0, [from](int) { return from; });
+    this->result.emplace(leaf_->take());
+  }
+  bool arrived(const Context& ctx) const override {
+    return this->posted && detail::arrived(Access::member(ctx), posted_);
+  }
+
+ private:
+  Held held_;
+  AxisNames axes_;
+  std::vector<std::pair<int, int>> perm_;
+  std::optional<PermuteLeaf<X>> leaf_;
+  Posted posted_;
+};
+
 /// Queues collective `name` of `ctx`, `call`, on operand x and returns its Pending.
 template <class X, class Call>
 auto start(Context& ctx, const char* name, X&& x, Call call) {
@@ -148,12 +202,13 @@ class Pending {
     return std::move(*op_->result);
   }
 
-  /// True when wait() would return without waiting for a peer. Makes progress: collectives
-  /// that have not run yet run now (they complete when their peers arrive), so a loop that
-  /// polls ready() between pieces of work always ends.
+  /// True when wait() would return without waiting for a peer. Makes progress: a posted
+  /// collective whose peer arrived completes now, and collectives that were not posted run
+  /// now (they complete when their peers arrive), so a loop that polls ready() between
+  /// pieces of work always ends.
   bool ready() const {
     if (op_ && !op_->done && op_->context != nullptr)
-      detail::Access::complete_through(*op_->context, op_.get());
+      return detail::Access::make_progress(*op_->context, op_.get());
     return op_ && op_->done;
   }
 
@@ -258,9 +313,22 @@ auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat
 
 template <class X>
 auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
-  return detail::start(*this, "ppermute", std::forward<X>(x), [axes = std::move(axes), perm](Context& c, auto&& v) {
-    return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
-  });
+  using D = std::remove_cvref_t<X>;
+  if constexpr (detail::is_operand_tree_v<D> || detail::is_core_dense_v<D>) {
+    return detail::start(*this, "ppermute", std::forward<X>(x), [axes = std::move(axes), perm](Context& c, auto&& v) {
+      return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
+    });
+  } else {
+    auto held = detail::hold(std::forward<X>(x));
+    using Op = detail::StartedPermute<decltype(held)>;
+    using R = std::remove_cvref_t<decltype(*std::declval<Op&>().result)>;
+    auto op = std::make_unique<Op>(std::move(held));
+    op->name = "ppermute";
+    detail::Access::make_room(*this);
+    detail::Access::posting(*this, [&] { op->post(*this, std::move(axes), perm); });
+    detail::Access::queue(*this, op.get());
+    return detail::Access::pending<R>(std::move(op));
+  }
 }
 
 }  // namespace pmap

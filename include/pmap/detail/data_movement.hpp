@@ -193,15 +193,21 @@ class PermuteLeaf : public Described {
   Eigen::Tensor<T, Operand<X>::rank, Operand<X>::layout> result_;
 };
 
-/// Member p receives the input of member op.from, or zeros.
-template <class X, class Input>
-auto permute(Context& ctx, Input&& x, const PermuteOp& op) {
-  PermuteLeaf<X> leaf(ctx, std::forward<Input>(x), op);
+/// The collective of `leaf`, a part of `op`.
+template <class X>
+Collective permute_collective(const PermuteLeaf<X>& leaf, const PermuteOp& op) {
   Collective c = leaf.describe();
   c.signature ^= op.perm_hash;  // members that pass different permutations differ
   c.source = op.from;
   c.reader = op.to;
-  meet_one<typename Operand<X>::T>(ctx, *op.g, c, leaf);
+  return c;
+}
+
+/// Member p receives the input of member op.from, or zeros.
+template <class X, class Input>
+auto permute(Context& ctx, Input&& x, const PermuteOp& op) {
+  PermuteLeaf<X> leaf(ctx, std::forward<Input>(x), op);
+  meet_one<typename Operand<X>::T>(ctx, *op.g, permute_collective(leaf, op), leaf);
   return leaf.take();
 }
 

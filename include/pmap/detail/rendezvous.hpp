@@ -178,9 +178,11 @@ enum class Path { staged, in_place, gathered };
 /// sync() between two steps. Peers<T> is the typed view the collectives' work reads.
 class PeerSet {
  public:
-  PeerSet(Meeting& meeting, const GroupInfo& g, Path path, int parity, std::size_t bytes)
-      : meeting_(meeting), team_(meeting.team()), g_(g), path_(path), parity_(parity),
-        bytes_(bytes) {}
+  /// `meeting`: of the in-place path, whose sync() is a barrier of it; `copy`: of the staged
+  /// path, the peers' copy.
+  PeerSet(Meeting* meeting, const Team& team, const GroupInfo& g, Path path, int copy,
+          std::size_t bytes)
+      : meeting_(meeting), team_(team), g_(g), path_(path), copy_(copy), bytes_(bytes) {}
 
   int size() const { return static_cast<int>(g_.members.size()); }
   /// This device's position in the group.
@@ -189,7 +191,7 @@ class PeerSet {
     const Slot& s = team_.slot(member(k));
     switch (path_) {
       case Path::staged:
-        return s.staged_copy(parity_);
+        return s.staged_copy(copy_);
       case Path::gathered:
         return team_.gathered(member(k), bytes_);
       case Path::in_place:
@@ -211,18 +213,18 @@ class PeerSet {
   int team_size() const { return team_.size(); }
   /// A barrier between two steps of the work (in place only).
   void sync() {
-    PMAP_ASSERT(path_ == Path::in_place);
-    meeting_.meet();
+    PMAP_ASSERT(path_ == Path::in_place && meeting_ != nullptr);
+    meeting_->meet();
   }
 
  private:
   int member(int k) const { return g_.members[static_cast<std::size_t>(k)]; }
 
-  Meeting& meeting_;
+  Meeting* meeting_;
   const Team& team_;
   const GroupInfo& g_;
   Path path_;
-  int parity_;
+  int copy_;
   std::size_t bytes_;
 };
 
@@ -261,6 +263,27 @@ class PeerWork {
 /// every member: see the top of this file): publish, meet, work(peers), meet; while a trace
 /// records, as one slice of the device's track.
 void meet_peers(Member& me, const GroupInfo& g, const Collective& c, PeerWork work);
+
+/// A staged point-to-point collective (a ppermute, pshuffle or pbroadcast of at most
+/// kStagedBytes over the whole team, in one process) between its two halves. Posted: its input
+/// is in its staged copy and its arrival published, so that the device that reads it can go
+/// on; completed: the device waited for its own source and checked that it posted the same
+/// collective (E14). A blocking one is both halves at once; a started one (SPEC 11) is posted
+/// when it starts and completed when the device waits for it.
+struct Posted {
+  std::uint64_t base = 0;  ///< the device's phases before it
+  int copy = 0;            ///< its staged copy, and its source's
+  int source = -1;         ///< the team member whose copy it reads; -1: none
+};
+/// Whether collective `c` of `me` over `g` can be posted (a staged point-to-point one).
+bool can_post(const Member& me, const GroupInfo& g, const Collective& c);
+/// The first half of collective `c` (can_post) of `me` over `g`.
+Posted post(Member& me, const GroupInfo& g, const Collective& c);
+/// Whether complete(posted) would not wait: its source arrived (or returned without it).
+bool arrived(const Member& me, const Posted& posted);
+/// The second half of `posted`: the copy of the source once it posted the same collective
+/// (nullptr without a source). Throws as a collective does (Cancelled, E14).
+const void* complete(Member& me, const Posted& posted);
 
 /// Runs meet(), the whole of collective `c` of `me` over `g` on `path`; while a trace
 /// records, as one slice of the device's track (also when it ends by an exception).

@@ -19,12 +19,16 @@
 namespace pmap::detail {
 
 /// Inputs up to this size are copied into the device's slot before a collective over the whole
-/// team, alternating between two copies: peers then read the copy, not the caller's buffer,
-/// and the collective needs one barrier instead of two (the one before the next such
-/// collective ensures nobody still reads a copy when it is written again; after a ppermute,
-/// which waits for its source alone, the device waits for the copy's reader instead). Above
-/// it, peers read the caller's buffer in place and a second barrier releases it.
+/// team, in turn into one of kStagedCopies copies: peers then read the copy, not the caller's
+/// buffer, and the collective needs one barrier instead of two (a device rewrites a copy only
+/// once whoever may read it reached the collective two after it: see Member::read_until).
+/// Above it, peers read the caller's buffer in place and a second barrier releases it.
 inline constexpr std::size_t kStagedBytes = 8 * 1024;
+/// Staged copies per device: a device has at most two started collectives in flight
+/// (Access::make_room), so that a peer that reached its collective two after one of them is
+/// done reading that one's copy; four copies let a device run that far ahead of its readers
+/// before it waits for them.
+inline constexpr int kStagedCopies = 4;
 
 /// A buffer a device no longer needs (a donated input, or a tensor passed to
 /// Context::donate), kept in the device's slot for its next result of the same type and size:
@@ -45,6 +49,15 @@ struct OpDesc {
   const char* dtype = "";
   Shape shape;
 };
+
+/// to = from, but for the dimensions past the rank, which nobody reads (a staged collective
+/// describes itself twice per call: Slot::describe, Slot::describe_staged).
+inline void copy_desc(OpDesc& to, const OpDesc& from) {
+  to.name = from.name;
+  to.dtype = from.dtype;
+  to.shape.rank = from.shape.rank;
+  std::copy_n(from.shape.dims.begin(), from.shape.rank, to.shape.dims.begin());
+}
 
 /// A collective that not every member of its group compared when they met (a ppermute,
 /// pshuffle or pbroadcast over the whole team, which waits for its source alone), as E14
@@ -86,14 +99,16 @@ struct alignas(64) Slot {
   std::atomic<const void*> runner{nullptr};
   /// Of the collective published last (Team::publish), read by peers after its first phase.
   std::atomic<std::uint64_t> signature{0};
-  const void* in = nullptr;
+  /// Signature of the staged collective whose copy is staged_copy(k) (with its ordinal), in
+  /// the phase's line: the poll that sees a staged collective arrive brings it along.
+  std::atomic<std::uint64_t> staged_signature[kStagedCopies] = {0, 0, 0, 0};
+  /// The buffers of an in-place collective (above kStagedBytes: one more line is nothing).
+  alignas(64) const void* in = nullptr;
   void* out = nullptr;
-  /// Signature of the staged collective whose copy is staged_copy(k) (with its ordinal).
-  std::atomic<std::uint64_t> staged_signature[2] = {0, 0};
 
   const void* published_in() const { return in; }
   void* published_out() const { return out; }
-  const unsigned char* staged_copy(int parity) const { return staged_->bytes[parity]; }
+  const unsigned char* staged_copy(int copy) const { return staged_->bytes[copy]; }
 
   // ---- read by error messages -------------------------------------------------------------
   alignas(64) OpDesc desc;
@@ -105,17 +120,31 @@ struct alignas(64) Slot {
   int leaf_count = 0;
   std::uint64_t leaf_signatures[kDescribedLeaves] = {};
   void describe(const OpDesc& d, std::string_view axis_label) {
-    desc = d;
+    copy_desc(desc, d);
     const std::size_t len = std::min(axis_label.size(), sizeof(axes) - 1);
     std::memcpy(axes, axis_label.data(), len);
     axes[len] = '\0';
   }
+  /// The staged collective of each copy, as E14 names it: a device with collectives in
+  /// flight has published later ones (desc) by the time a peer compares an older one.
+  struct StagedDesc {
+    OpDesc desc;
+    char axes[32] = {};
+  };
+  StagedDesc staged_desc[kStagedCopies];
+  void describe_staged(int copy, const OpDesc& d, std::string_view axis_label) {
+    StagedDesc& s = staged_desc[copy];
+    copy_desc(s.desc, d);
+    const std::size_t len = std::min(axis_label.size(), sizeof(s.axes) - 1);
+    std::memcpy(s.axes, axis_label.data(), len);
+    s.axes[len] = '\0';
+  }
 
   // ---- the owner's --------------------------------------------------------------------------
-  /// Copies `bytes` of `in` into copy `parity` (see kStagedBytes), allocated on first use.
-  void stage(int parity, const void* data, std::size_t bytes) {
+  /// Copies `bytes` of `in` into copy `copy` (see kStagedBytes), allocated on first use.
+  void stage(int copy, const void* data, std::size_t bytes) {
     if (!staged_) staged_ = std::make_unique<StagedCopies>();
-    if (bytes > 0) std::memcpy(staged_->bytes[parity], data, bytes);
+    if (bytes > 0) std::memcpy(staged_->bytes[copy], data, bytes);
   }
   /// The owner's spare buffers, oldest first (Access::keep_spare). They outlive the call:
   /// a Team is kept by its Mapped for the next call with the same devices.
@@ -160,7 +189,7 @@ struct alignas(64) Slot {
 
  private:
   struct alignas(64) StagedCopies {
-    unsigned char bytes[2][kStagedBytes];
+    unsigned char bytes[kStagedCopies][kStagedBytes];
   };
   std::unique_ptr<StagedCopies> staged_;
 

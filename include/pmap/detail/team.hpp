@@ -102,19 +102,20 @@ class Team {
     s.signature.store(signature, std::memory_order_release);
   }
   /// publish() of the `ordinal`-th staged collective of `me`: the input is copied into the
-  /// slot (copy `ordinal % 2`, returned), and the copy is signed with the ordinal too, so that
-  /// a member that called something else cannot match an older copy. The regular signature
-  /// is the same, for a member that calls a collective that is not staged.
+  /// slot (copy `ordinal % kStagedCopies`, returned), and the copy is signed with the ordinal
+  /// too, so that a member that called something else cannot match an older copy. The regular
+  /// signature is the same, for a member that calls a collective that is not staged.
   int publish_staged(int me, const OpDesc& desc, std::string_view axes, std::uint64_t signature,
                      std::uint64_t ordinal, const void* in, std::size_t bytes) {
     Slot& s = slot(me);
-    const int parity = static_cast<int>(ordinal & 1);
+    const int copy = static_cast<int>(ordinal % kStagedCopies);
     const std::uint64_t signed_copy = hash_mix(signature, ordinal);
     s.describe(desc, axes);
-    s.stage(parity, in, bytes);
-    s.staged_signature[parity].store(signed_copy, std::memory_order_relaxed);
+    s.describe_staged(copy, desc, axes);
+    s.stage(copy, in, bytes);
+    s.staged_signature[copy].store(signed_copy, std::memory_order_relaxed);
     s.signature.store(signed_copy, std::memory_order_release);
-    return parity;
+    return copy;
   }
 
   /// Adds the point-to-point collective `signature` over the whole team (a ppermute,
@@ -147,6 +148,15 @@ class Team {
   /// until the peer it awaits arrives anywhere (wake_awaiting).
   void arrive_and_wait(int me, std::span<const int> members, std::uint64_t target,
                        bool point_to_point = false);
+  /// The two halves of a point-to-point arrive_and_wait, for a collective started now and
+  /// completed later (SPEC 11): `me` reached `target` (its peers may read what it published);
+  /// then, later, waits until `members` reached `target` too. A device that published later
+  /// collectives in between has a phase past `target`: arrive() never moves it back.
+  void arrive(int me, std::uint64_t target);
+  /// Lets the other devices of `me`'s thread run once (on a fiber), or other threads: a
+  /// device that polls for a peer (Pending::ready) gives its thread to the peer.
+  void yield(int me);
+  void await_arrival(int me, std::span<const int> members, std::uint64_t target);
   /// Waits, without arriving anywhere, until each of `readers` reached `target` or returned
   /// from its kernel: before `me` rewrites a staged copy that a point-to-point collective let
   /// them read (they are done once they arrived at their next collective). Throws as
@@ -161,9 +171,9 @@ class Team {
   void drain(int me, std::span<const int> members, std::uint64_t first, std::uint64_t last,
              bool point_to_point = false) noexcept;
   /// Checks that every member published the same collective signature as `me` (for a staged
-  /// collective, parity >= 0: the signature of that copy).
+  /// collective, copy >= 0: the signature of that copy).
   void check_agreement(int me, std::span<const int> members, std::uint64_t target,
-                       int parity = -1) const;
+                       int copy = -1) const;
 
   /// Device `me` starts running on the calling thread.
   void start(int me) {
@@ -220,6 +230,10 @@ class Team {
 
  private:
   bool reached(std::span<const int> members, std::uint64_t target, int me);
+  /// The wait of arrive_and_wait and await_arrival: spins, yields or suspends until `members`
+  /// reached `target` (`complete`: they had when `me` arrived).
+  void wait_for(int me, std::span<const int> members, std::uint64_t target, bool point_to_point,
+                bool complete);
   /// Every member arrived at `target` or returned from its kernel (Team::drain).
   bool drained(std::span<const int> members, std::uint64_t target) const;
   /// The members short of `target`: all running (or about to start) on other threads than
@@ -295,11 +309,34 @@ struct Member {
   std::uint64_t phase = 0;     ///< phases completed by this device
   std::uint64_t staged = 0;    ///< staged collectives so far (which copy is next)
   /// Who may still read staged copy k: kNobody, kEveryone (a collective over the whole team
-  /// read it) or one member (a ppermute's destination); done when it reached read_until[k].
+  /// read it) or one member (a ppermute's destination); done when it reached read_until[k],
+  /// the collective two after the one that staged it: a reader completes a collective before
+  /// it calls the next one, or at the latest before it starts the one after (it has at most
+  /// two started collectives in flight).
   static constexpr int kNobody = -1;
   static constexpr int kEveryone = -2;
-  int copy_reader[2] = {kNobody, kNobody};
-  std::uint64_t read_until[2] = {0, 0};
+  int copy_reader[kStagedCopies] = {kNobody, kNobody, kNobody, kNobody};
+  std::uint64_t read_until[kStagedCopies] = {0, 0, 0, 0};
+  /// Phases of peers seen lately (a phase only grows): a copy whose reader was seen past
+  /// read_until is free without reading the reader's line, which it writes at every
+  /// collective. Two, for the two neighbours of a halo exchange.
+  struct Seen {
+    int member = -1;
+    std::uint64_t phase = 0;
+  };
+  Seen seen[2];
+  void note_seen(int member, std::uint64_t reached) {
+    if (seen[1].member == member) {
+      seen[1].phase = reached;
+      return;
+    }
+    if (seen[0].member != member) seen[1] = seen[0];  // the older one goes
+    seen[0] = {member, reached};
+  }
+  bool seen_at(int member, std::uint64_t target) const {
+    return (seen[0].member == member && seen[0].phase >= target) ||
+           (seen[1].member == member && seen[1].phase >= target);
+  }
 };
 
 inline const void* const kSuspendedRunner = &kSuspendedRunner;
