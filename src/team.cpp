@@ -178,13 +178,6 @@ void Team::await_readers(int me, std::span<const int> readers, std::uint64_t tar
   if (waited >= 0) tracing::wait(*this, me, waited);
 }
 
-void Team::arrive(int me, std::uint64_t target) {
-  Slot& mine = slot(me);
-  if (mine.phase.load(std::memory_order_relaxed) >= target) return;
-  mine.phase.store(target, std::memory_order_seq_cst);
-  announce(me);
-}
-
 void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t target,
                            bool point_to_point) {
   Slot& mine = slot(me);

@@ -211,6 +211,72 @@ TEST_P(Pending, DevicesThatStartDifferentCollectivesGetE14NamingBoth) {
   EXPECT_NE(message.find("pmax"), std::string::npos) << message;
 }
 
+TEST_P(Pending, PpermutesInFlightThatDifferGetE14NamingBoth) {
+  // Posted ppermutes (staged: they travel while the device computes) are compared when they
+  // complete; the second of two in flight names its own shape, not the later one's.
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  const int devices = n();
+  auto f = pmap::pmap(
+      [devices](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        auto a = ctx.ppermute_start(x, "i", ring(devices, 1));
+        const Index len = ctx.axis_index() == 0 ? 2 : 3;
+        auto b = ctx.ppermute_start(F1(x.slice(std::array<Index, 1>{0}, std::array<Index, 1>{len})), "i",
+                                    ring(devices, -1));
+        auto c = ctx.ppermute_start(x, "i", ring(devices, 1));
+        F1 out = a.wait();
+        (void)b.wait();
+        (void)c.wait();
+        return out;
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(8, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("ppermute over axis i on float32[2]"), std::string::npos) << message;
+  EXPECT_NE(message.find("ppermute over axis i on float32[3]"), std::string::npos) << message;
+}
+
+TEST_P(Pending, APostedPpermuteMetByAnotherCollectiveIsE14) {
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  const int devices = n();
+  auto f = pmap::pmap(
+      [devices](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        if (ctx.axis_index() == 0) return ctx.psum_start(x, "i").wait();
+        return ctx.ppermute_start(x, "i", ring(devices, 1)).wait();
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(9, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("psum"), std::string::npos) << message;
+  EXPECT_NE(message.find("ppermute"), std::string::npos) << message;
+}
+
+TEST_P(Pending, ManyPpermutesInFlightWaitedInReverseAreTheBlockingOnes) {
+  // More started than a device keeps in flight (the older complete first), waited newest
+  // first, with a blocking collective among them and the devices skewed.
+  const int devices = n();
+  expect_no_mismatch(rt(), devices, kSmall, [devices](pmap::Context& ctx, auto v) {
+    const F1 x = pmap::eval(v);
+    volatile int skew = 0;
+    while (skew < 20000 * ctx.axis_index()) skew = skew + 1;
+    std::vector<pmap::Pending<F1>> started;
+    for (int k = 0; k < 5; ++k) {
+      started.push_back(ctx.ppermute_start(pmap::eval(x + static_cast<float>(k)), "i", ring(devices, k + 1)));
+      if (k == 2) started.push_back(ctx.ppermute_start(ctx.psum(x, "i"), "i", ring(devices, 1)));
+    }
+    int wrong = 0;
+    for (int k = 5; k >= 0; --k) {
+      const F1 got = started[static_cast<std::size_t>(k)].wait();
+      const F1 want = k == 3 ? ctx.ppermute(ctx.psum(x, "i"), "i", ring(devices, 1))
+                             : ctx.ppermute(pmap::eval(x + static_cast<float>(k > 3 ? k - 1 : k)), "i",
+                                            ring(devices, (k > 3 ? k - 1 : k) + 1));
+      wrong += !same(got, want);
+    }
+    return wrong;
+  });
+}
+
 TEST_P(Pending, AnErrorMetByAnUnwaitedCollectiveReachesTheCaller) {
   if (n() < 2) GTEST_SKIP() << "needs two devices";
   auto f = pmap::pmap(

@@ -304,6 +304,50 @@ TEST(Trace, StartedCollectivesAreSlicesFromStartToCompletionAndTheirWaitsAreCoun
   EXPECT_NE(err.find("started collectives: 60 waits, "), std::string::npos) << err;
 }
 
+TEST(Trace, TwoPpermutesInFlightCostOneSuspension) {
+  // SPEC 11's cost: two started ppermutes between the same devices cost one handoff. On one
+  // thread device 0 runs first: it starts both, waits for the first and suspends (device 1
+  // has not run yet); device 1 starts both, and its waits find both arrived, as do device 0's
+  // second wait and its first once it resumes. Were a started collective run only when it is
+  // waited for, device 1 would meet the second ppermute before device 0 did and suspend too.
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        auto right = ctx.ppermute_start(x, "i", ring(2, 1));
+        auto left = ctx.ppermute_start(pmap::eval(x * 2.f), "i", ring(2, -1));
+        const F1 r = right.wait();
+        const F1 l = left.wait();
+        F1 out = pmap::eval(r + l);
+        return out;
+      },
+      on_axis(rt));
+  F2 x = make<F2>(3, 2, 16);
+  const F2 untraced = f(x);
+  F2 result;
+  const Trace t = traced("inflight", [&] {
+    for (int k = 0; k < 5; ++k) result = f(x);
+  });
+  expect_well_formed(t);
+  EXPECT_TRUE(tensors_equal(result, untraced));
+  for (Index k = 0; k < 16; ++k) {
+    EXPECT_EQ(result(0, k), x(1, k) + 2.f * x(1, k));
+    EXPECT_EQ(result(1, k), x(0, k) + 2.f * x(0, k));
+  }
+  int waits = 0, suspended = 0;
+  for (const Value* w : t.category("pending")) {
+    ++waits;
+    suspended += w->at("args").at("suspended").boolean ? 1 : 0;
+  }
+  EXPECT_EQ(waits, 20);
+  std::set<int> suspending;  // the device tracks with suspensions
+  for (const Value* e : t.with("i", "suspend")) suspending.insert(static_cast<int>(num(*e, "tid")));
+  if (!PMAP_DEVICE_THREADS) {
+    EXPECT_EQ(suspended, 5) << "one suspension per call, device 0's first wait";
+    EXPECT_EQ(suspending.size(), 1u) << "device 1 never suspends: both ppermutes had arrived";
+  }
+}
+
 TEST(Trace, NestedCallsInsideTheOuterKernel) {
   pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
   pmap::Runtime& runtime = rt;

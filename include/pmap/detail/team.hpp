@@ -149,10 +149,13 @@ class Team {
   void arrive_and_wait(int me, std::span<const int> members, std::uint64_t target,
                        bool point_to_point = false);
   /// The two halves of a point-to-point arrive_and_wait, for a collective started now and
-  /// completed later (SPEC 11): `me` reached `target` (its peers may read what it published);
-  /// then, later, waits until `members` reached `target` too. A device that published later
-  /// collectives in between has a phase past `target`: arrive() never moves it back.
-  void arrive(int me, std::uint64_t target);
+  /// completed later (SPEC 11): `me` reached `target` (its peers may read what it published;
+  /// its newest collective's: the phase only grows); then, later, waits until `members`
+  /// reached `target` too (a device that published later collectives meanwhile is past it).
+  void arrive(int me, std::uint64_t target) {
+    slot(me).phase.store(target, std::memory_order_seq_cst);
+    announce(me);
+  }
   /// Lets the other devices of `me`'s thread run once (on a fiber), or other threads: a
   /// device that polls for a peer (Pending::ready) gives its thread to the peer.
   void yield(int me);
