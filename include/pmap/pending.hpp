@@ -4,15 +4,19 @@
 /// A started collective takes its place in the device's sequence of collectives when it is
 /// started: its operand is held (an rvalue tensor or tree owned, donated when it runs; an
 /// lvalue referenced; an expression evaluated now), and the collective is queued on the
-/// device (Context::started_). The queue runs in start order, each entry on the engine of
-/// the blocking collective (one engine: `wait()` returns what the blocking call returns,
-/// bit for bit, on every path), when the device waits for one of them, calls a blocking
-/// collective or a nested pmap (the older ones complete first, SPEC 11's "complete older
-/// ones first when it must"), or when a Pending is destroyed unwaited. Every device of a
-/// group therefore runs its collectives in the same order, started or not, and a device
-/// that started different ones meets its peers with another signature: E14, as for blocking
-/// ones. A kernel that throws drops its queued collectives: nothing was published, so no
-/// peer reads their operands, and the call is cancelled as in SPEC 5.
+/// device (Context::started_). A small ppermute of one tensor or scalar is posted at once
+/// (rendezvous.hpp: Posted): its input staged and its arrival published, so that it travels
+/// while the device computes; its wait() completes it, reading its source's copy. The other
+/// entries of the queue run in start order, each on the engine of the blocking collective
+/// (one engine: `wait()` returns what the blocking call returns, bit for bit, on every path),
+/// when the device waits for one of them, calls a blocking collective or a nested pmap, posts
+/// a later one, or destroys a Pending unwaited (the older ones complete first, SPEC 11's
+/// "complete older ones first when it must"). Every device of a group therefore meets its
+/// collectives in the same order, started or not, and a device that started different ones
+/// meets its peers with another signature: E14, as for blocking ones. A kernel that throws
+/// drops its queued collectives: a posted one published only a copy in the device's slot,
+/// which lives as long as the team, and no peer reads the others' operands; the call is
+/// cancelled as in SPEC 5.
 #pragma once
 
 #include <exception>
