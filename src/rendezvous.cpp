@@ -58,14 +58,15 @@ void note_everyone_arrived(Member& me, std::uint64_t base) {
 /// The first half of the staged path: the input copied into the next copy, the phases
 /// counted, the description published.
 int stage(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
-          const OpDesc& desc, std::uint64_t& base) {
+          const OpDesc& desc, std::uint64_t& base, bool started = false) {
   Team& team = *me.team;
   const int copy = static_cast<int>(me.staged % kStagedCopies);
   await_copy_readers(me, copy);
   base = me.phase;
   if (c.source != Collective::kWholeGroup)
     team.record_unread(me.index, base / kPhasesPerCollective, signature, desc, g.axis_label);
-  team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes);
+  team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes,
+                      started);
   note_copy_readers(me, g, c, copy, base);
   return copy;
 }
@@ -96,7 +97,7 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
       if (c.source == Collective::kWholeGroup) {
         meet_staged(me, g, c, signature, desc, work);
       } else {  // both halves of a posted collective (rendezvous.hpp: Posted)
-        const Posted posted = post(me, g, c);
+        const Posted posted = post(me, g, c, false);
         complete(me, posted);
         PeerSet peers(nullptr, team, g, Path::staged, posted.copy, c.bytes);
         work(peers);
@@ -137,11 +138,11 @@ bool can_post(const Member& me, const GroupInfo& g, const Collective& c) {
   return c.source != Collective::kWholeGroup && choose_path(*me.team, g, c) == Path::staged;
 }
 
-Posted post(Member& me, const GroupInfo& g, const Collective& c) {
+Posted post(Member& me, const GroupInfo& g, const Collective& c, bool started) {
   PMAP_ASSERT(can_post(me, g, c));
   Posted posted;
   const OpDesc desc{c.name, c.dtype, c.shape};
-  posted.copy = stage(me, g, c, c.signature ^ g.signature, desc, posted.base);
+  posted.copy = stage(me, g, c, c.signature ^ g.signature, desc, posted.base, started);
   posted.source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
   me.phase = posted.base + kPhasesPerCollective;
   me.team->arrive(me.index, posted.base + 1);

@@ -44,11 +44,14 @@ void Team::check_agreement(int me, std::span<const int> members, std::uint64_t t
     return copy < 0 ? s.signature.load(std::memory_order_acquire)
                     : s.staged_signature[copy].load(std::memory_order_acquire);
   };
-  // A staged collective as its copy describes it: the slot's latest description may be of a
+  // A started collective as its copy describes it: the slot's latest description may be of a
   // collective started after it.
-  auto described = [copy](const Slot& s) {
-    return copy < 0 ? describe_op(s.desc, s.axes)
-                    : describe_op(s.staged_desc[copy].desc, s.staged_desc[copy].axes);
+  auto by_copy = [copy](const Slot& s) {
+    return copy >= 0 && s.staged_desc_valid[copy].load(std::memory_order_relaxed);
+  };
+  auto described = [&](const Slot& s) {
+    return by_copy(s) ? describe_op(s.staged_desc[copy].desc, s.staged_desc[copy].axes)
+                      : describe_op(s.desc, s.axes);
   };
   const Slot& mine = slot(me);
   const std::uint64_t sig = signature(mine);
@@ -56,13 +59,14 @@ void Team::check_agreement(int me, std::span<const int> members, std::uint64_t t
     const Slot& s = slot(m);
     const std::uint64_t theirs = signature(s);
     if (theirs == sig) continue;
-    // The peer's description is stable while it has not moved past this collective (or, of
-    // a staged copy, while the copy was not staged again).
+    // The peer's description is stable while the copy was not staged again, or, of its
+    // latest collective, while it has not moved past this one.
+    const bool described_by_copy = by_copy(s);
     std::string peer = described(s);
-    const bool stable = copy < 0 ? s.phase.load(std::memory_order_acquire) <= target
-                                 : signature(s) == theirs;
+    const bool stable = described_by_copy ? signature(s) == theirs
+                                          : s.phase.load(std::memory_order_acquire) <= target;
     if (!stable) peer = "a different collective";
-    const char* name = copy < 0 ? mine.desc.name : mine.staged_desc[copy].desc.name;
+    const char* name = by_copy(mine) ? mine.staged_desc[copy].desc.name : mine.desc.name;
     throw DeviceError(device_id(me),
                       fmt::format("{}: device {} called {}, but device {} called {}; every device "
                                   "of a group must call the same collectives in the same order "

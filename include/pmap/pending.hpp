@@ -111,7 +111,7 @@ class StartedPermute final
       return;
     }
     leaf_.emplace(ctx, held_.get(), op);
-    posted_ = detail::post(Access::member(ctx), *op.g, permute_collective(*leaf_, op));
+    posted_ = detail::post(Access::member(ctx), *op.g, permute_collective(*leaf_, op), true);
     this->posted = true;
   }
   void run(Context& ctx) override {

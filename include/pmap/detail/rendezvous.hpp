@@ -277,8 +277,9 @@ struct Posted {
 };
 /// Whether collective `c` of `me` over `g` can be posted (a staged point-to-point one).
 bool can_post(const Member& me, const GroupInfo& g, const Collective& c);
-/// The first half of collective `c` (can_post) of `me` over `g`.
-Posted post(Member& me, const GroupInfo& g, const Collective& c);
+/// The first half of collective `c` (can_post) of `me` over `g`; `started`: by a *_start
+/// member, so that later collectives may be published before it completes.
+Posted post(Member& me, const GroupInfo& g, const Collective& c, bool started);
 /// Whether complete(posted) would not wait: its source arrived (or returned without it).
 bool arrived(const Member& me, const Posted& posted);
 /// The second half of `posted`: the copy of the source once it posted the same collective

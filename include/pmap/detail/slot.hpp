@@ -111,7 +111,9 @@ struct alignas(64) Slot {
   const unsigned char* staged_copy(int copy) const { return staged_->bytes[copy]; }
 
   // ---- read by error messages -------------------------------------------------------------
-  alignas(64) OpDesc desc;
+  /// staged_desc[k] describes copy k's collective (a started one), in desc's line.
+  alignas(64) std::atomic<bool> staged_desc_valid[kStagedCopies] = {false, false, false, false};
+  OpDesc desc;
   char axes[64] = {};
   /// Of a tree collective (desc.dtype "tree"): its leaf count and the signatures of its
   /// first kDescribedLeaves leaves, depth first, so that E14 names the first leaf in which
@@ -125,14 +127,17 @@ struct alignas(64) Slot {
     std::memcpy(axes, axis_label.data(), len);
     axes[len] = '\0';
   }
-  /// The staged collective of each copy, as E14 names it: a device with collectives in
-  /// flight has published later ones (desc) by the time a peer compares an older one.
+  /// The started collective of each copy, as E14 names it: a device with collectives in
+  /// flight has published later ones (desc) by the time a peer compares an older one. Not
+  /// valid (staged_desc_valid) for a blocking one, which desc describes until the device
+  /// calls the next.
   struct StagedDesc {
     OpDesc desc;
     char axes[32] = {};
   };
   StagedDesc staged_desc[kStagedCopies];
   void describe_staged(int copy, const OpDesc& d, std::string_view axis_label) {
+    staged_desc_valid[copy].store(true, std::memory_order_relaxed);
     StagedDesc& s = staged_desc[copy];
     copy_desc(s.desc, d);
     const std::size_t len = std::min(axis_label.size(), sizeof(s.axes) - 1);

@@ -105,13 +105,18 @@ class Team {
   /// slot (copy `ordinal % kStagedCopies`, returned), and the copy is signed with the ordinal
   /// too, so that a member that called something else cannot match an older copy. The regular
   /// signature is the same, for a member that calls a collective that is not staged.
+  /// `started`: a collective started (SPEC 11), which later ones of `me` may follow before it
+  /// completes: its copy describes it too (Slot::staged_desc).
   int publish_staged(int me, const OpDesc& desc, std::string_view axes, std::uint64_t signature,
-                     std::uint64_t ordinal, const void* in, std::size_t bytes) {
+                     std::uint64_t ordinal, const void* in, std::size_t bytes, bool started) {
     Slot& s = slot(me);
     const int copy = static_cast<int>(ordinal % kStagedCopies);
     const std::uint64_t signed_copy = hash_mix(signature, ordinal);
     s.describe(desc, axes);
-    s.describe_staged(copy, desc, axes);
+    if (started)
+      s.describe_staged(copy, desc, axes);
+    else
+      s.staged_desc_valid[copy].store(false, std::memory_order_relaxed);
     s.stage(copy, in, bytes);
     s.staged_signature[copy].store(signed_copy, std::memory_order_relaxed);
     s.signature.store(signed_copy, std::memory_order_release);
