@@ -87,6 +87,17 @@ void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint6
   note_everyone_arrived(me, base);
 }
 
+/// The first half of a staged point-to-point collective (rendezvous.hpp: Posted).
+Posted post_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
+                   const OpDesc& desc, bool started) {
+  Posted posted;
+  posted.copy = stage(me, g, c, signature, desc, posted.base, started);
+  posted.source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
+  me.phase = posted.base + kPhasesPerCollective;
+  me.team->arrive(me.index, posted.base + 1);
+  return posted;
+}
+
 /// rendezvous() on `path`.
 void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, const PeerWork& work) {
   Team& team = *me.team;
@@ -97,7 +108,7 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
       if (c.source == Collective::kWholeGroup) {
         meet_staged(me, g, c, signature, desc, work);
       } else {  // both halves of a posted collective (rendezvous.hpp: Posted)
-        const Posted posted = post(me, g, c, false);
+        const Posted posted = post_staged(me, g, c, signature, desc, false);
         complete(me, posted);
         PeerSet peers(nullptr, team, g, Path::staged, posted.copy, c.bytes);
         work(peers);
@@ -134,19 +145,17 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
 
 }  // namespace
 
-bool can_post(const Member& me, const GroupInfo& g, const Collective& c) {
-  return c.source != Collective::kWholeGroup && choose_path(*me.team, g, c) == Path::staged;
+bool can_post(const Member& me, const GroupInfo& g, std::size_t bytes) {
+  Collective c;  // one member's input read by another: what choose_path() looks at
+  c.bytes = bytes;
+  c.source = 0;
+  return choose_path(*me.team, g, c) == Path::staged;
 }
 
 Posted post(Member& me, const GroupInfo& g, const Collective& c, bool started) {
-  PMAP_ASSERT(can_post(me, g, c));
-  Posted posted;
-  const OpDesc desc{c.name, c.dtype, c.shape};
-  posted.copy = stage(me, g, c, c.signature ^ g.signature, desc, posted.base, started);
-  posted.source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
-  me.phase = posted.base + kPhasesPerCollective;
-  me.team->arrive(me.index, posted.base + 1);
-  return posted;
+  PMAP_ASSERT(c.source != Collective::kWholeGroup && can_post(me, g, c.bytes));
+  return post_staged(me, g, c, c.signature ^ g.signature, OpDesc{c.name, c.dtype, c.shape},
+                     started);
 }
 
 bool arrived(const Member& me, const Posted& posted) {

@@ -180,9 +180,7 @@ void Team::await_readers(int me, std::span<const int> readers, std::uint64_t tar
 
 void Team::arrive_and_wait(int me, std::span<const int> members, std::uint64_t target,
                            bool point_to_point) {
-  Slot& mine = slot(me);
-  mine.phase.store(target, std::memory_order_seq_cst);
-  announce(me);
+  arrive(me, target);
   // Only the arrival that completes the barrier wakes its waiting members: an earlier one
   // would wake them only to suspend them again, each of them, at every arrival (7 switches
   // per waiting device and barrier with 8 devices). Of two members arriving last together,

@@ -102,10 +102,7 @@ class StartedPermute final
     const PermuteOp op = ppermute_op(ctx, axes, perm);
     std::size_t bytes = sizeof(T);
     if constexpr (!Operand<X>::is_scalar) bytes *= static_cast<std::size_t>(held_.get().size());
-    Collective probe;
-    probe.bytes = bytes;
-    probe.source = op.from;
-    if (!can_post(Access::member(ctx), *op.g, probe)) {
+    if (!can_post(Access::member(ctx), *op.g, bytes)) {
       axes_ = std::move(axes);
       perm_ = perm;
       return;
@@ -135,16 +132,22 @@ class StartedPermute final
   Posted posted_;
 };
 
+/// Queues `op`, collective `name` just started (or posted) on `ctx`, and returns its Pending.
+template <class Op>
+auto enqueue(Context& ctx, const char* name, std::unique_ptr<Op> op) {
+  using R = std::remove_cvref_t<decltype(*op->result)>;
+  op->name = name;
+  Access::queue(ctx, op.get());
+  return Access::pending<R>(std::move(op));
+}
+
 /// Queues collective `name` of `ctx`, `call`, on operand x and returns its Pending.
 template <class X, class Call>
 auto start(Context& ctx, const char* name, X&& x, Call call) {
   auto held = hold(std::forward<X>(x));
   using Held = decltype(held);
   using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
-  auto op = std::make_unique<StartedWith<R, Held, Call>>(std::move(held), std::move(call));
-  op->name = name;
-  Access::queue(ctx, op.get());
-  return Access::pending<R>(std::move(op));
+  return enqueue(ctx, name, std::make_unique<StartedWith<R, Held, Call>>(std::move(held), std::move(call)));
 }
 
 }  // namespace detail
@@ -324,14 +327,10 @@ auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<
     });
   } else {
     auto held = detail::hold(std::forward<X>(x));
-    using Op = detail::StartedPermute<decltype(held)>;
-    using R = std::remove_cvref_t<decltype(*std::declval<Op&>().result)>;
-    auto op = std::make_unique<Op>(std::move(held));
-    op->name = "ppermute";
+    auto op = std::make_unique<detail::StartedPermute<decltype(held)>>(std::move(held));
     detail::Access::make_room(*this);
     detail::Access::posting(*this, [&] { op->post(*this, std::move(axes), perm); });
-    detail::Access::queue(*this, op.get());
-    return detail::Access::pending<R>(std::move(op));
+    return detail::enqueue(*this, "ppermute", std::move(op));
   }
 }
 

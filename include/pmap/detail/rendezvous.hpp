@@ -275,9 +275,10 @@ struct Posted {
   int copy = 0;            ///< its staged copy, and its source's
   int source = -1;         ///< the team member whose copy it reads; -1: none
 };
-/// Whether collective `c` of `me` over `g` can be posted (a staged point-to-point one).
-bool can_post(const Member& me, const GroupInfo& g, const Collective& c);
-/// The first half of collective `c` (can_post) of `me` over `g`; `started`: by a *_start
+/// Whether a point-to-point collective of `me` over `g` whose input is `bytes` long can be
+/// posted (it takes the staged path).
+bool can_post(const Member& me, const GroupInfo& g, std::size_t bytes);
+/// The first half of point-to-point collective `c` (can_post) of `me` over `g`; `started`: by a *_start
 /// member, so that later collectives may be published before it completes.
 Posted post(Member& me, const GroupInfo& g, const Collective& c, bool started);
 /// Whether complete(posted) would not wait: its source arrived (or returned without it).
