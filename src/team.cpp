@@ -30,6 +30,8 @@ constexpr int kSpinIterations = 256;
 // 8 devices on one thread, and 2.85 us yielding; an 8 KiB psum chain 16 us against 12.
 constexpr int kYields = 64;
 constexpr auto kSpinWhileResuming = std::chrono::microseconds(100);
+// One phase of a device in this many is timed for SpinWaiter's budget (Team::wait_for).
+constexpr std::uint32_t kTimedPhase = 16;
 
 using Clock = std::chrono::steady_clock;
 
@@ -213,12 +215,17 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
     return;
   }
   // How long this device works between barriers, on average: a peer waiting for a thread is
-  // worth a long spin only when the phases are long (see SpinWaiter).
-  const Clock::time_point now = Clock::now();
-  if (mine.departed != Clock::time_point{})
-    mine.phase_length += (now - mine.departed - mine.phase_length) / 4;
-  mine.departed = now;  // the next phase starts now unless this one waits
-  if (complete) return;
+  // worth a long spin only when the phases are long (see SpinWaiter). One phase in
+  // kTimedPhase is timed: two clock reads per collective were a fifth of a one-device
+  // ppermute's time.
+  if (mine.departed != Clock::time_point{}) {
+    mine.phase_length += (Clock::now() - mine.departed - mine.phase_length) / 4;
+    mine.departed = {};
+  }
+  auto depart = [&mine] {
+    if (mine.untimed_phases++ % kTimedPhase == 0) mine.departed = Clock::now();
+  };
+  if (complete) return depart();
   const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
   SpinWaiter waiter(mine.phase_length);
   for (int i = 0;; ++i) {
@@ -230,7 +237,7 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
     }
     cpu_relax();
   }
-  mine.departed = Clock::now();
+  depart();
   if (waited >= 0) tracing::wait(*this, me, waited);
 }
 

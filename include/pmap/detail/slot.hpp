@@ -154,8 +154,10 @@ struct alignas(64) Slot {
   /// The owner's spare buffers, oldest first (Access::keep_spare). They outlive the call:
   /// a Team is kept by its Mapped for the next call with the same devices.
   std::vector<std::unique_ptr<SpareBuffer>> spares;
-  std::chrono::steady_clock::time_point departed{};    ///< left its previous barrier
+  /// Left its previous barrier, when that phase is timed (Team::wait_for samples phases).
+  std::chrono::steady_clock::time_point departed{};
   std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
+  std::uint32_t untimed_phases = 0;                    ///< phases since the last timed one
   /// Tracing: "i=3" or "x=1,y=0", written by the device when its first traced kernel starts.
   char trace_coordinates[48] = {};
   /// Phases completed when the kernel returned normally (Member::phase): the devices of a
