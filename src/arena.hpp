@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,9 @@ class Arena {
  public:
   Arena(int threads, bool bind);
   tbb::task_arena& tbb() { return arena_; }
+  /// How long, in nanoseconds, a thread of a call idles before it starts a device of a
+  /// thread that has not come: learnt from this arena's calls (fibers.cpp: StealDelay).
+  std::atomic<std::int64_t> steal_after_ns{0};
 
  private:
   std::unique_ptr<tbb::global_control> parallelism_;

@@ -134,8 +134,60 @@ void run_each_cancelled(const Work& work, const std::exception_ptr& why) {
 
 /// What the threads of one run() share: the work, who started what (Claims), the first
 /// failure.
+using Clock = std::chrono::steady_clock;
+
+// Idle at least this long before starting a device of a thread that has not come: longer
+// than a oneTBB worker takes to wake up and take its task (30-50 us on the 2-vCPU VM). Right
+// after an OpenMP region whose worker still spins on the other vCPU, the worker came
+// 120-150 us after the call started: a device taken from it at 100 us left the whole call on
+// one thread (a 4096-point heat stencil, 2 devices on 2 threads, 1.8 us per step against
+// 0.85). So the delay is learnt per arena: doubled when a thread comes to find a device of
+// its block taken that way, an eighth shorter at every such start, between the two bounds.
+constexpr auto kStealAfter = std::chrono::microseconds(100);
+constexpr auto kStealAfterAtMost = std::chrono::microseconds(1600);
+
+/// An arena's learnt delay (Arena::steal_after_ns); relaxed: a stale value only waits a
+/// little more or less.
+class StealDelay {
+ public:
+  explicit StealDelay(std::atomic<std::int64_t>& ns) : ns_(ns) {}
+  Clock::duration get() const {
+    const std::int64_t ns = ns_.load(std::memory_order_relaxed);
+    return ns > 0 ? std::chrono::nanoseconds(ns) : Clock::duration(kStealAfter);
+  }
+  /// A thread came to find a device of its block taken after the delay: it was coming.
+  void too_short() const { set(std::min<Clock::duration>(2 * get(), kStealAfterAtMost)); }
+  /// A device of a thread that had not come was started elsewhere.
+  void took() const {
+    const Clock::duration d = get();
+    set(std::max<Clock::duration>(d - d / 8, kStealAfter));
+  }
+
+ private:
+  void set(Clock::duration d) const {
+    ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(), std::memory_order_relaxed);
+  }
+  std::atomic<std::int64_t>& ns_;
+};
+
 struct Shared : Claims {
-  Shared(const Work& w, int threads) : Claims(w.n, threads), work(w) {}
+  Shared(const Work& w, int threads, std::atomic<std::int64_t>& steal_after_ns)
+      : Claims(w.n, threads), work(w), steal_delay(steal_after_ns), steal_after(steal_delay.get()) {}
+  /// A device of a block whose thread has not come, claimed by the thread of block `mine`.
+  int steal_from_late_block(int mine) {
+    const int i = unclaimed_elsewhere(mine, true);
+    if (i >= 0) {
+      steal_delay.took();
+      stole_from_late.store(true, std::memory_order_relaxed);
+    }
+    return i;
+  }
+  /// The thread of block `b` comes: was one of its devices taken because it was late?
+  void arrives(int b) {
+    if (stole_from_late.load(std::memory_order_relaxed) && &this_thread() != caller &&
+        started[block_begin(b)].load(std::memory_order_relaxed))
+      steal_delay.too_short();
+  }
   void fail(std::exception_ptr e) {
     tbb::spin_mutex::scoped_lock guard(lock);
     if (!error) error = std::move(e);
@@ -150,11 +202,13 @@ struct Shared : Claims {
   }
 
   const Work& work;
+  const StealDelay steal_delay;
+  const Clock::duration steal_after;  ///< this call's
+  std::atomic<bool> stole_from_late{false};
+  const ThreadState* caller = nullptr;  ///< the thread that runs block 0 (run_blocks)
   tbb::spin_mutex lock;
   std::exception_ptr error;
 };
-
-using Clock = std::chrono::steady_clock;
 
 /// What the handoffs through oneTBB release and acquire for ThreadSanitizer (run()).
 char handoff = 0;
@@ -162,9 +216,6 @@ char handoff = 0;
 // Parking: spin this long for a peer on another thread before sleeping (a futex wake costs
 // more than a collective's wait at 8 KiB).
 constexpr auto kParkSpin = std::chrono::microseconds(20);
-// Idle this long before starting a device of a thread that has not come: longer than a
-// oneTBB worker takes to wake up and take its task (30-50 us on the 2-vCPU VM).
-constexpr auto kStealAfter = std::chrono::microseconds(100);
 
 }  // namespace
 
@@ -242,14 +293,14 @@ class Scheduler {
   /// The next device nobody started: of this loop's block; else, when every device this
   /// loop started has returned (`running`: but the one on the calling fiber, which just
   /// did), of any other block, as a thread of a parallel_for takes a peer's iterations once
-  /// its own are done; else, after idling for kStealAfter, of a block whose thread has not
+  /// its own are done; else, after idling for the call's steal_after, of a block whose thread has not
   /// come. -1 if none.
   int claim_next(bool running) {
     for (; next_ < end_; ++next_)
       if (shared_.claim(next_)) return next_++;
     if (host_ == nullptr && live_ == (running ? 1 : 0)) return shared_.claim_any_elsewhere(block_, elsewhere_);
-    if (idle_since_ != Clock::time_point{} && Clock::now() - idle_since_ > kStealAfter)
-      return shared_.unclaimed_elsewhere(block_, true);
+    if (idle_since_ != Clock::time_point{} && Clock::now() - idle_since_ > shared_.steal_after)
+      return shared_.steal_from_late_block(block_);
     return -1;
   }
 
@@ -355,7 +406,7 @@ class Scheduler {
       if (i % 64 == 0) {
         const Clock::time_point t = Clock::now();
         if (shared_.unclaimed_elsewhere(block_, false) >= 0) {
-          if (t - idle_since_ > kStealAfter) return unpark();
+          if (t - idle_since_ > shared_.steal_after) return unpark();
         } else if (t > spin_until) {
           break;
         }
@@ -405,10 +456,12 @@ void run_blocks(Shared& shared) {
     Scheduler caller(shared, 0, nullptr);
     caller.loop();
   } else {
+    shared.caller = &this_thread();
     tbb::task_group group;
     for (int w = 1; w < shared.blocks; ++w) {
       tbb::task_handle task = group.defer([&shared, w] {
         sanitizers::acquire(&handoff);
+        shared.arrives(w);
         // A worker that comes after the others started every device (an empty kernel's
         // call is over by then) leaves having only read: its Scheduler would write the line
         // that their claims write, and each such write moves it between the cores.
@@ -433,7 +486,7 @@ void run(Arena& arena, int threads, const Work& work) {
   Fiber* const host = this_thread().fiber;
   std::optional<Shared> made;
   try {
-    made.emplace(work, host ? 1 : threads);
+    made.emplace(work, host ? 1 : threads, arena.steal_after_ns);
   } catch (...) {  // no memory to share the indices: each runs here, cancelled
     run_each_cancelled(work, std::current_exception());
     return;
