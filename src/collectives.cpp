@@ -94,21 +94,20 @@ void check_permutation_pairs(const std::vector<std::pair<int, int>>& perm, const
   // Every ppermute validates its pairs: bits on the stack for axes of up to 512 devices (two
   // vectors per call were a fifth of a one-device ppermute's time), vectors beyond.
   constexpr std::size_t kOnStack = 512;
-  std::bitset<kOnStack> src_bits, dst_bits;
-  std::vector<bool> src_vec, dst_vec;
-  const auto n = static_cast<std::size_t>(g.axis_size);
-  if (n > kOnStack) src_vec.assign(n, false), dst_vec.assign(n, false);
-  auto seen_before = [n](std::bitset<kOnStack>& bits, std::vector<bool>& vec, int index) {
-    const auto i = static_cast<std::size_t>(index);
-    const bool seen = n > kOnStack ? vec[i] : bits[i];
-    if (n > kOnStack) vec[i] = true;
-    else bits[i] = true;
-    return seen;
+  const auto unique = [&perm](auto&& src_seen, auto&& dst_seen) {
+    for (const auto& [src, dst] : perm) {
+      const auto s = static_cast<std::size_t>(src), d = static_cast<std::size_t>(dst);
+      if (src_seen[s] || dst_seen[d]) return false;
+      src_seen[s] = true;
+      dst_seen[d] = true;
+    }
+    return true;
   };
-  for (const auto& [src, dst] : perm)
-    if (seen_before(src_bits, src_vec, src) || seen_before(dst_bits, dst_vec, dst))
-      raise_value_error(
-          fmt::format("ppermute sources and destinations must be unique, got {}.", python_pairs(perm)));
+  const auto n = static_cast<std::size_t>(g.axis_size);
+  if (n <= kOnStack ? !unique(std::bitset<kOnStack>{}, std::bitset<kOnStack>{})
+                    : !unique(std::vector<bool>(n), std::vector<bool>(n)))
+    raise_value_error(
+        fmt::format("ppermute sources and destinations must be unique, got {}.", python_pairs(perm)));
 }
 
 void check_shuffle(const std::vector<int>& perm, const GroupInfo& g) {

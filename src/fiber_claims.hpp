@@ -14,9 +14,9 @@ namespace pmap::detail::fibers {
 /// starts the devices of its own block; once all it started have returned, the unstarted
 /// ones of any block (it has nothing else to do for the rest of the call); while some of
 /// its own wait, those of a block whose thread has not come only after idling a while
-/// (StealDelay, in fibers.cpp): a device stays on the thread that started it, so one taken early from a
-/// thread that was just waking up would leave that thread with less to do for the whole
-/// call. Stealing is what makes progress certain all the same: oneTBB does not promise
+/// (StealDelay, in fibers.cpp): a device stays on the thread that started it, so one taken
+/// early from a thread that was just waking up would leave that thread with less to do for
+/// the whole call. Stealing is what makes progress certain all the same: oneTBB does not promise
 /// that a task runs while another waits.
 struct Claims {
   Claims(int count, int threads)

@@ -132,8 +132,6 @@ void run_each_cancelled(const Work& work, const std::exception_ptr& why) {
   if (first) std::rethrow_exception(first);
 }
 
-/// What the threads of one run() share: the work, who started what (Claims), the first
-/// failure.
 using Clock = std::chrono::steady_clock;
 
 // Idle at least this long before starting a device of a thread that has not come: longer
@@ -170,6 +168,8 @@ class StealDelay {
   std::atomic<std::int64_t>& ns_;
 };
 
+/// What the threads of one run() share: the work, who started what (Claims), the first
+/// failure.
 struct Shared : Claims {
   Shared(const Work& w, int threads, std::atomic<std::int64_t>& steal_after_ns)
       : Claims(w.n, threads), work(w), steal_delay(steal_after_ns), steal_after(steal_delay.get()) {}
@@ -293,8 +293,8 @@ class Scheduler {
   /// The next device nobody started: of this loop's block; else, when every device this
   /// loop started has returned (`running`: but the one on the calling fiber, which just
   /// did), of any other block, as a thread of a parallel_for takes a peer's iterations once
-  /// its own are done; else, after idling for the call's steal_after, of a block whose thread has not
-  /// come. -1 if none.
+  /// its own are done; else, after idling for the call's steal_after, of a block whose
+  /// thread has not come. -1 if none.
   int claim_next(bool running) {
     for (; next_ < end_; ++next_)
       if (shared_.claim(next_)) return next_++;
