@@ -223,7 +223,7 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
     mine.departed = {};
   }
   auto depart = [&mine] {
-    if (mine.untimed_phases++ % kTimedPhase == 0) mine.departed = Clock::now();
+    if (mine.phases_left++ % kTimedPhase == 0) mine.departed = Clock::now();
   };
   if (complete) return depart();
   const std::int64_t waited = tracing::recording() ? tracing::now() : -1;

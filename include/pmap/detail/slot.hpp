@@ -157,7 +157,7 @@ struct alignas(64) Slot {
   /// Left its previous barrier, when that phase is timed (Team::wait_for samples phases).
   std::chrono::steady_clock::time_point departed{};
   std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
-  std::uint32_t untimed_phases = 0;                    ///< phases since the last timed one
+  std::uint32_t phases_left = 0;  ///< phases it left; Team::wait_for times one in 16
   /// Tracing: "i=3" or "x=1,y=0", written by the device when its first traced kernel starts.
   char trace_coordinates[48] = {};
   /// Phases completed when the kernel returned normally (Member::phase): the devices of a
