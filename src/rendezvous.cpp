@@ -90,12 +90,16 @@ void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint6
 /// The first half of a staged point-to-point collective (rendezvous.hpp: Posted).
 Posted post_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
                    const OpDesc& desc, bool started) {
-  Posted posted;
-  posted.copy = stage(me, g, c, signature, desc, posted.base, started);
-  posted.source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
-  me.phase = posted.base + kPhasesPerCollective;
-  me.team->arrive(me.index, posted.base + 1);
-  return posted;
+  std::uint64_t base = 0;
+  const int copy = stage(me, g, c, signature, desc, base, started);
+  const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
+  me.phase = base + kPhasesPerCollective;
+  // The arrival last, and nothing after it that reads back what was just written in another
+  // width (a Posted built in memory field by field and returned in registers): such a load
+  // waits until the store buffer drained, arrival included, which waits for the line the
+  // source polls.
+  me.team->arrive_posted(me.index, base + 1);
+  return Posted{base, copy, source};
 }
 
 /// rendezvous() on `path`.
@@ -109,7 +113,7 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
         meet_staged(me, g, c, signature, desc, work);
       } else {  // both halves of a posted collective (rendezvous.hpp: Posted)
         const Posted posted = post_staged(me, g, c, signature, desc, false);
-        complete(me, posted);
+        complete(me, posted, c.bytes);
         PeerSet peers(nullptr, team, g, Path::staged, posted.copy, c.bytes);
         work(peers);
       }
@@ -165,7 +169,7 @@ bool arrived(const Member& me, const Posted& posted) {
          s.finished.load(std::memory_order_acquire) || me.team->cancelled();
 }
 
-const void* complete(Member& me, const Posted& posted) {
+const void* complete(Member& me, const Posted& posted, std::size_t bytes) {
   Team& team = *me.team;
   const std::span<const int> awaited(&posted.source, posted.source >= 0 ? 1 : 0);
   const std::uint64_t target = posted.base + 1;
@@ -176,7 +180,7 @@ const void* complete(Member& me, const Posted& posted) {
     if (posted.source < 0) return nullptr;
     const Slot& source = team.slot(posted.source);
     me.note_seen(posted.source, source.phase.load(std::memory_order_relaxed));
-    return source.staged_copy(posted.copy);
+    return source.staged_copy(posted.copy, bytes);
   } catch (...) {
     failure = std::current_exception();
   }

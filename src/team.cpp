@@ -104,6 +104,7 @@ void Team::reset() {
     s.final_phase = 0;
     s.awaits = -1;
     s.awaited_by.store(0, std::memory_order_relaxed);
+    s.unsettled = false;
   }
   blocked_ = 0;
   sleepers_.store(0, std::memory_order_relaxed);
@@ -170,6 +171,7 @@ void Team::drain(int me, std::span<const int> members, std::uint64_t first, std:
 
 void Team::await_readers(int me, std::span<const int> readers, std::uint64_t target) {
   if (drained(readers, target)) return;
+  settle(me);
   for (int i = 0; may_spin_ && i < kSpinIterations; ++i) {
     if (cancelled()) throw Cancelled{};
     if (drained(readers, target)) return;
@@ -207,6 +209,7 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
   Slot& mine = slot(me);
   if (!may_spin_) {
     if (!complete) {
+      settle(me);
       const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
       if (!yield_until(me, members, target))
         suspend_until(me, members, target, Wait::barrier, point_to_point);
@@ -226,6 +229,7 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
     if (mine.phases_left++ % kTimedPhase == 0) mine.departed = Clock::now();
   };
   if (complete) return depart();
+  settle(me);
   const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
   SpinWaiter waiter(mine.phase_length);
   for (int i = 0;; ++i) {
@@ -242,7 +246,7 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
 }
 
 void Team::yield(int me) {
-  (void)me;
+  settle(me);
 #if !PMAP_DEVICE_THREADS
   if (fibers::Fiber* const f = this_thread().fiber) {
     fibers::resume(f);  // behind the ready fibers of this thread, which run first
@@ -341,6 +345,7 @@ bool Team::suspend_until(int me, std::span<const int> members, std::uint64_t tar
   Slot& mine = slot(me);
   const ThreadState saved = this_thread();
   const bool draining = wait == Wait::drain;
+  settle(me);
   for (;;) {
     {
       Blocked blocked(*this);

@@ -116,7 +116,7 @@ class StartedPermute final
       this->result.emplace(ctx.ppermute(held_.get(), axes_, perm_));
       return;
     }
-    const void* from = detail::complete(Access::member(ctx), posted_);
+    const void* from = detail::complete(Access::member(ctx), posted_, leaf_->bytes());
     leaf_->work(0, [from](int) { return from; });
     this->result.emplace(leaf_->take());
   }

@@ -191,7 +191,7 @@ class PeerSet {
     const Slot& s = team_.slot(member(k));
     switch (path_) {
       case Path::staged:
-        return s.staged_copy(copy_);
+        return s.staged_copy(copy_, bytes_);
       case Path::gathered:
         return team_.gathered(member(k), bytes_);
       case Path::in_place:
@@ -283,9 +283,10 @@ bool can_post(const Member& me, const GroupInfo& g, std::size_t bytes);
 Posted post(Member& me, const GroupInfo& g, const Collective& c, bool started);
 /// Whether complete(posted) would not wait: its source arrived (or returned without it).
 bool arrived(const Member& me, const Posted& posted);
-/// The second half of `posted`: the copy of the source once it posted the same collective
-/// (nullptr without a source). Throws as a collective does (Cancelled, E14).
-const void* complete(Member& me, const Posted& posted);
+/// The second half of `posted`, whose input is `bytes` long: the copy of the source once it
+/// posted the same collective (nullptr without a source). Throws as a collective does
+/// (Cancelled, E14).
+const void* complete(Member& me, const Posted& posted, std::size_t bytes);
 
 /// Runs meet(), the whole of collective `c` of `me` over `g` on `path`; while a trace
 /// records, as one slice of the device's track (also when it ends by an exception).

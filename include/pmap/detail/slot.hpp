@@ -29,6 +29,10 @@ inline constexpr std::size_t kStagedBytes = 8 * 1024;
 /// done reading that one's copy; four copies let a device run that far ahead of its readers
 /// before it waits for them.
 inline constexpr int kStagedCopies = 4;
+/// Staged inputs up to this size (a halo point, a scalar) are copied into one cache line of
+/// the slot that holds all kStagedCopies of them, next to the phase's line: the two
+/// ppermutes of a halo exchange then reach their destination in one line transfer, not two.
+inline constexpr std::size_t kSmallStagedBytes = 16;
 
 /// A buffer a device no longer needs (a donated input, or a tensor passed to
 /// Context::donate), kept in the device's slot for its next result of the same type and size:
@@ -86,13 +90,10 @@ inline constexpr std::size_t kTrailEntries = 4096;
 /// the first phase: the poll that sees the new phase brings them along in the same line
 /// transfer); what only error messages read; what only the owner uses; and the suspension
 /// state, guarded by the team's lock.
-struct alignas(64) Slot {
+struct alignas(128) Slot {
   // ---- read by peers ------------------------------------------------------------------------
   std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
   std::atomic<bool> finished{false};    ///< the kernel returned (or was cancelled)
-  /// Peers suspended until this device arrives anywhere (Slot::awaits): its arrival wakes
-  /// them.
-  std::atomic<int> awaited_by{0};
   /// The thread running this device (its ThreadState::tag), kSuspendedRunner while suspended,
   /// kResumingRunner once resumed until a thread continues it, nullptr before it starts: a
   /// waiting peer spins only while that can help.
@@ -102,13 +103,22 @@ struct alignas(64) Slot {
   /// Signature of the staged collective whose copy is staged_copy(k) (with its ordinal), in
   /// the phase's line: the poll that sees a staged collective arrive brings it along.
   std::atomic<std::uint64_t> staged_signature[kStagedCopies] = {0, 0, 0, 0};
+  /// The staged copies of inputs up to kSmallStagedBytes (stage()).
+  alignas(64) unsigned char small_copies[kStagedCopies][kSmallStagedBytes] = {};
   /// The buffers of an in-place collective (above kStagedBytes: one more line is nothing).
   alignas(64) const void* in = nullptr;
   void* out = nullptr;
+  /// Peers suspended until this device arrives anywhere (Slot::awaits): its arrival wakes
+  /// them. Read by the device at every arrival, so not in the phase's line, which a waiting
+  /// peer polls: the read would wait for the line to come back.
+  std::atomic<int> awaited_by{0};
 
   const void* published_in() const { return in; }
   void* published_out() const { return out; }
-  const unsigned char* staged_copy(int copy) const { return staged_->bytes[copy]; }
+  /// Staged copy `copy` of an input `bytes` long.
+  const unsigned char* staged_copy(int copy, std::size_t bytes) const {
+    return bytes <= kSmallStagedBytes ? small_copies[copy] : staged_->bytes[copy];
+  }
 
   // ---- read by error messages -------------------------------------------------------------
   /// staged_desc[k] describes copy k's collective (a started one), in desc's line.
@@ -148,8 +158,13 @@ struct alignas(64) Slot {
   // ---- the owner's --------------------------------------------------------------------------
   /// Copies `bytes` of `in` into copy `copy` (see kStagedBytes), allocated on first use.
   void stage(int copy, const void* data, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (bytes <= kSmallStagedBytes) {
+      std::memcpy(small_copies[copy], data, bytes);
+      return;
+    }
     if (!staged_) staged_ = std::make_unique<StagedCopies>();
-    if (bytes > 0) std::memcpy(staged_->bytes[copy], data, bytes);
+    std::memcpy(staged_->bytes[copy], data, bytes);
   }
   /// The owner's spare buffers, oldest first (Access::keep_spare). They outlive the call:
   /// a Team is kept by its Mapped for the next call with the same devices.
@@ -158,6 +173,8 @@ struct alignas(64) Slot {
   std::chrono::steady_clock::time_point departed{};
   std::chrono::steady_clock::duration phase_length{};  ///< average time between barriers
   std::uint32_t phases_left = 0;  ///< phases it left; Team::wait_for times one in 16
+  /// Arrived by Team::arrive_posted since its last fence (Team::settle).
+  bool unsettled = false;
   /// Tracing: "i=3" or "x=1,y=0", written by the device when its first traced kernel starts.
   char trace_coordinates[48] = {};
   /// Phases completed when the kernel returned normally (Member::phase): the devices of a

@@ -159,6 +159,28 @@ class Team {
   /// reached `target` too (a device that published later collectives meanwhile is past it).
   void arrive(int me, std::uint64_t target) {
     slot(me).phase.store(target, std::memory_order_seq_cst);
+    slot(me).unsettled = false;
+    announce(me);
+  }
+  /// arrive() of a posted collective (rendezvous.hpp: Posted), without its fence: a plain
+  /// store does not wait for the line its source polls, so that two collectives posted
+  /// together cross to it as one line transfer, not two. A peer that suspended on `me` just
+  /// before this store may miss it: settle() makes up for it, before `me` waits anywhere.
+  void arrive_posted(int me, std::uint64_t target) {
+    Slot& s = slot(me);
+    s.phase.store(target, std::memory_order_release);
+    if (s.awaited_by.load(std::memory_order_relaxed) > 0)
+      wake_awaiting(me);
+    else
+      s.unsettled = true;
+  }
+  /// After arrive_posted(): orders the arrival before the read of awaited_by (the fence
+  /// arrive() has), so that a peer that suspended on `me` meanwhile is resumed.
+  void settle(int me) {
+    Slot& s = slot(me);
+    if (!s.unsettled) return;
+    s.unsettled = false;
+    s.phase.fetch_add(0, std::memory_order_seq_cst);
     announce(me);
   }
   /// Lets the other devices of `me`'s thread run once (on a fiber), or other threads: a
