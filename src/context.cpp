@@ -130,10 +130,16 @@ const detail::GroupInfo& Context::group(const AxisNames& axes, const Groups& gro
   const detail::Team& team = *member_.team;
   if (!group_cache_) group_cache_ = std::make_unique<detail::GroupInfo>();
   detail::GroupInfo& g = *group_cache_;
+  const std::string_view spelling = detail::Access::spelling(axes);
+  if (!g.members.empty() && groups.empty() && g.groups.empty() && spelling == g.spelled)
+    return g;  // named as last time (a loop's collectives)
   thread_local std::vector<int> ids;
   detail::resolve_axes(team, axes, ids);
   if (equal_sizes) detail::check_equal_sizes(groups, op);
-  if (!g.members.empty() && ids == g.axes && groups == g.groups) return g;  // same as last time
+  if (!g.members.empty() && ids == g.axes && groups == g.groups) {  // same as last time
+    g.spelled = spelling;
+    return g;
+  }
 
   const detail::AxisGrid grid(team, ids, member_.index);
   g.members.clear();  // stays empty (not cached) if the groups are invalid
@@ -142,6 +148,7 @@ const detail::GroupInfo& Context::group(const AxisNames& axes, const Groups& gro
   g.groups = groups;
   g.axis_label = detail::axis_label(team, ids);
   g.axis_size = grid.size();
+  g.spelled = spelling;
   if (groups.empty()) {
     for (int f = 0; f < grid.size(); ++f) g.members.push_back(grid.member(f));
     g.position = grid.mine();

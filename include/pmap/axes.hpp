@@ -44,6 +44,7 @@ struct OutAxes {
 };
 
 namespace detail {
+struct Access;
 template <class A>
 using axis_entry_t = std::conditional_t<std::is_same_v<std::decay_t<A>, none_t>, none_t, int>;
 }
@@ -92,6 +93,7 @@ class AxisNames {
   bool innermost() const { return count_ == 0; }
 
  private:
+  friend struct detail::Access;
   void add(std::string_view name) {
     if (count_ == kMaxNames) throw std::length_error("pmap::AxisNames holds at most 8 names");
     chars_.append(name);

@@ -29,6 +29,7 @@ class Pending;
 namespace detail {
 struct Access;
 struct GroupInfo;
+struct PermutationMemo;
 
 /// A collective started by a *_start member, queued on its device until it runs
 /// (pending.hpp): the part of a Pending that the device's Context sees.
@@ -288,6 +289,7 @@ class Context {
   const Device* device_;
   Runtime* runtime_;
   std::unique_ptr<detail::GroupInfo> group_cache_;
+  std::unique_ptr<detail::PermutationMemo> permutation_;  ///< ppermute_op()'s last pairs
   /// The collectives this device started and whose Pending is alive, in start order; those
   /// not done run in that order (Access::complete_through).
   std::vector<detail::Started*> started_;
@@ -306,6 +308,21 @@ struct GroupInfo {
   int axis_size = 1;              ///< size of the (flattened) named axis
   std::uint64_t signature = 0;    ///< axes and groups, for the agreement check
   std::string axis_label;         ///< "i", "('i', 'j')"
+  /// The names that gave `axes` last time (AxisNames' characters): named the same again
+  /// with no groups, the group is this one without resolving a name.
+  std::string spelled;
+};
+
+/// The pairs of a device's last ppermute, validated, and what they gave for its group
+/// (data_movement.hpp: ppermute_op): a loop passes the same pairs at every step.
+struct PermutationMemo {
+  std::vector<std::pair<int, int>> pairs;
+  std::uint64_t group = 0;  ///< GroupInfo::signature
+  int axis_size = 0;
+  int from = -1;
+  int to = -1;
+  std::uint64_t hash = 0;
+  bool valid = false;
 };
 
 /// Internal access to Context for the dispatcher and the collectives.
@@ -316,6 +333,11 @@ struct Access {
   static Member& member(Context& c) { return c.member_; }
   static const Member& member(const Context& c) { return c.member_; }
   static Runtime* runtime(const Context& c) { return c.runtime_; }
+  static std::string_view spelling(const AxisNames& axes) { return axes.chars_; }
+  static PermutationMemo& permutation_memo(Context& c) {
+    if (!c.permutation_) c.permutation_ = std::make_unique<PermutationMemo>();
+    return *c.permutation_;
+  }
   static const GroupInfo& group(Context& c, const AxisNames& axes, const Groups& groups,
                                 bool equal_sizes, const char* op) {
     return c.group(axes, groups, equal_sizes, op);

@@ -230,14 +230,25 @@ inline int permutation_destination(const GroupInfo& g,
 /// The PermuteOps of ppermute, pshuffle and pbroadcast, validated.
 inline PermuteOp ppermute_op(Context& ctx, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
   const GroupInfo& g = Access::group(ctx, axes, {}, false, "ppermute");
-  const int from = permutation_source(g, perm);
+  PermutationMemo& m = Access::permutation_memo(ctx);
+  if (!m.valid || m.group != g.signature || m.axis_size != g.axis_size || m.pairs != perm) {
+    m.valid = false;
+    const int from = permutation_source(g, perm);  // throws if they are not valid
+    m.pairs = perm;
+    m.group = g.signature;
+    m.axis_size = g.axis_size;
+    m.from = from;
+    m.to = permutation_destination(g, perm);
+    m.hash = hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0]));
+    m.valid = true;
+  }
   return PermuteOp{.g = &g,
                    .name = "ppermute",
                    .kind = OpKind::ppermute,
                    .source = 0,
-                   .perm_hash = hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0])),
-                   .from = from,
-                   .to = permutation_destination(g, perm)};
+                   .perm_hash = m.hash,
+                   .from = m.from,
+                   .to = m.to};
 }
 inline PermuteOp pshuffle_op(Context& ctx, const AxisNames& axes, const std::vector<int>& perm) {
   const GroupInfo& g = Access::group(ctx, axes, {}, false, "pshuffle");

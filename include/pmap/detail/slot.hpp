@@ -88,8 +88,9 @@ inline constexpr std::size_t kTrailEntries = 4096;
 /// One device's place in a Team, in cache lines by who touches them: what the peers read on
 /// every collective (the phase word they poll, and the signature and buffers published before
 /// the first phase: the poll that sees the new phase brings them along in the same line
-/// transfer); what only error messages read; what only the owner uses; and the suspension
-/// state, guarded by the team's lock.
+/// transfer; the small staged copies in the next line; the in-place buffers and awaited_by,
+/// which the owner reads at every arrival, in a third); what only error messages read; what
+/// only the owner uses; and the suspension state, guarded by the team's lock.
 struct alignas(128) Slot {
   // ---- read by peers ------------------------------------------------------------------------
   std::atomic<std::uint64_t> phase{0};  ///< phases this device has completed
@@ -131,7 +132,11 @@ struct alignas(128) Slot {
   static constexpr int kDescribedLeaves = 16;
   int leaf_count = 0;
   std::uint64_t leaf_signatures[kDescribedLeaves] = {};
-  void describe(const OpDesc& d, std::string_view axis_label) {
+  /// Describes collective `sig`, unless desc describes it already: a loop that calls
+  /// one collective again does not rewrite what only error messages read.
+  void describe(const OpDesc& d, std::string_view axis_label, std::uint64_t sig) {
+    if (sig == described_as && d.name == desc.name) return;
+    described_as = sig;
     copy_desc(desc, d);
     const std::size_t len = std::min(axis_label.size(), sizeof(axes) - 1);
     std::memcpy(axes, axis_label.data(), len);
@@ -146,9 +151,18 @@ struct alignas(128) Slot {
     char axes[32] = {};
   };
   StagedDesc staged_desc[kStagedCopies];
-  void describe_staged(int copy, const OpDesc& d, std::string_view axis_label) {
-    staged_desc_valid[copy].store(true, std::memory_order_relaxed);
+  /// The signatures of the collectives that desc and staged_desc describe (written by the
+  /// owner only).
+  std::uint64_t described_as = 0;
+  std::uint64_t staged_described_as[kStagedCopies] = {};
+  void describe_staged(int copy, const OpDesc& d, std::string_view axis_label,
+                       std::uint64_t sig) {
     StagedDesc& s = staged_desc[copy];
+    if (sig == staged_described_as[copy] && d.name == s.desc.name &&
+        staged_desc_valid[copy].load(std::memory_order_relaxed))
+      return;
+    staged_described_as[copy] = sig;
+    staged_desc_valid[copy].store(true, std::memory_order_relaxed);
     copy_desc(s.desc, d);
     const std::size_t len = std::min(axis_label.size(), sizeof(s.axes) - 1);
     std::memcpy(s.axes, axis_label.data(), len);

@@ -96,7 +96,7 @@ class Team {
   void publish(int me, const OpDesc& desc, std::string_view axes, std::uint64_t signature,
                const void* in = nullptr, void* out = nullptr) {
     Slot& s = slot(me);
-    s.describe(desc, axes);
+    s.describe(desc, axes, signature);
     s.in = in;
     s.out = out;
     s.signature.store(signature, std::memory_order_release);
@@ -112,10 +112,10 @@ class Team {
     Slot& s = slot(me);
     const int copy = static_cast<int>(ordinal % kStagedCopies);
     const std::uint64_t signed_copy = hash_mix(signature, ordinal);
-    s.describe(desc, axes);
+    s.describe(desc, axes, signature);
     if (started)
-      s.describe_staged(copy, desc, axes);
-    else
+      s.describe_staged(copy, desc, axes, signature);
+    else if (s.staged_desc_valid[copy].load(std::memory_order_relaxed))
       s.staged_desc_valid[copy].store(false, std::memory_order_relaxed);
     s.stage(copy, in, bytes);
     s.staged_signature[copy].store(signed_copy, std::memory_order_relaxed);
@@ -158,8 +158,9 @@ class Team {
   /// its newest collective's: the phase only grows); then, later, waits until `members`
   /// reached `target` too (a device that published later collectives meanwhile is past it).
   void arrive(int me, std::uint64_t target) {
-    slot(me).phase.store(target, std::memory_order_seq_cst);
-    slot(me).unsettled = false;
+    Slot& s = slot(me);
+    s.phase.store(target, std::memory_order_seq_cst);
+    if (s.unsettled) s.unsettled = false;  // the fence settled an earlier arrive_posted()
     announce(me);
   }
   /// arrive() of a posted collective (rendezvous.hpp: Posted), without its fence: a plain
