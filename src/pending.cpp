@@ -2,13 +2,44 @@
 #include <algorithm>
 #include <exception>
 
+#include <new>
+
 #include "pmap/context.hpp"
 #include "pmap/detail/errors.hpp"
+#include "pmap/detail/sanitizers.hpp"
 #include "pmap/detail/trace_events.hpp"
 
 namespace pmap {
 namespace detail {
 namespace {
+
+/// Started collectives up to this size are allocated as blocks of it, of which a thread keeps
+/// up to kKeptBlocks freed ones for the next (a started ppermute of a tensor is about 600
+/// bytes). Under the sanitizers every one is allocated anew, so that they see each lifetime.
+constexpr std::size_t kBlockBytes = 1024;
+constexpr int kKeptBlocks = 8;
+
+struct KeptBlocks {
+  void* blocks[kKeptBlocks] = {};
+  int count = 0;
+  ~KeptBlocks();
+};
+/// Set once the thread's KeptBlocks are destroyed (trivially destructible, so it stays
+/// readable): a collective freed after that, by another thread_local's destructor, is
+/// freed at once.
+thread_local bool blocks_gone = false;
+thread_local KeptBlocks kept_blocks;
+
+KeptBlocks::~KeptBlocks() {
+  blocks_gone = true;
+  for (int k = 0; k < count; ++k) ::operator delete(blocks[k]);
+}
+
+#if defined(PMAP_ASAN) || defined(PMAP_TSAN)
+constexpr bool kKeepBlocks = false;
+#else
+constexpr bool kKeepBlocks = true;
+#endif
 
 /// Polls of Pending::ready() that find a posted collective not arrived before one waits.
 constexpr int kPolls = 64;
@@ -36,6 +67,26 @@ class Completing {
 };
 
 }  // namespace
+
+void* Started::operator new(std::size_t size) {
+  if (!kKeepBlocks || size > kBlockBytes) return ::operator new(size);
+  if (!blocks_gone) {
+    KeptBlocks& kept = kept_blocks;
+    if (kept.count > 0) return kept.blocks[--kept.count];
+  }
+  return ::operator new(kBlockBytes);
+}
+
+void Started::operator delete(void* p, std::size_t size) noexcept {
+  if (kKeepBlocks && size <= kBlockBytes && !blocks_gone) {
+    KeptBlocks& kept = kept_blocks;
+    if (kept.count < kKeptBlocks) {
+      kept.blocks[kept.count++] = p;
+      return;
+    }
+  }
+  ::operator delete(p);
+}
 
 void Access::complete_through(Context& c, const Started* last) {
   if (c.completing_) return;
@@ -98,6 +149,13 @@ void Access::make_room(Context& c) {
 }
 
 void Access::abandon(Context& c, Started* op, bool unwinding) noexcept {
+  auto forget = [&c, op] {
+    c.started_.erase(std::remove(c.started_.begin(), c.started_.end(), op), c.started_.end());
+  };
+  if (op->waited) {  // the common case: it was waited for, and wait() rethrew what it met
+    forget();
+    return;
+  }
   std::exception_ptr met;
   if (!op->done && !unwinding) {
     try {
@@ -112,7 +170,7 @@ void Access::abandon(Context& c, Started* op, bool unwinding) noexcept {
     // Nobody waits for it: the others learn now, as they would of a kernel's exception.
     if (!is_cancellation(met)) c.member_.team->fail(met, c.member_.index);
   }
-  c.started_.erase(std::remove(c.started_.begin(), c.started_.end(), op), c.started_.end());
+  forget();
 }
 
 void Access::traced_wait(Context& c, Started* op) {

@@ -43,6 +43,10 @@ class Started {
   virtual bool arrived(const Context&) const { return false; }
   /// The kernel is unwinding past the Pending that owns this collective.
   bool unwinding() const { return std::uncaught_exceptions() > uncaught_at_start; }
+  /// From a few blocks that the thread keeps (src/pending.cpp): a loop that starts a
+  /// collective at every step allocates and frees one each time.
+  static void* operator new(std::size_t size);
+  static void operator delete(void* p, std::size_t size) noexcept;
 
   Context* context = nullptr;  ///< the device that started it; null once its kernel ended
   bool done = false;           ///< it ran (error: what it met)
@@ -313,16 +317,22 @@ struct GroupInfo {
   std::string spelled;
 };
 
-/// The pairs of a device's last ppermute, validated, and what they gave for its group
-/// (data_movement.hpp: ppermute_op): a loop passes the same pairs at every step.
+/// The pairs of a device's last few ppermutes, validated, and what they gave for their
+/// group (data_movement.hpp: ppermute_op): a loop passes the same pairs at every step (a
+/// halo exchange two sets of them, one per direction).
 struct PermutationMemo {
-  std::vector<std::pair<int, int>> pairs;
-  std::uint64_t group = 0;  ///< GroupInfo::signature
-  int axis_size = 0;
-  int from = -1;
-  int to = -1;
-  std::uint64_t hash = 0;
-  bool valid = false;
+  struct Entry {
+    std::vector<std::pair<int, int>> pairs;
+    std::uint64_t group = 0;  ///< GroupInfo::signature
+    int axis_size = 0;
+    int from = -1;
+    int to = -1;
+    std::uint64_t hash = 0;
+    bool valid = false;
+  };
+  static constexpr int kEntries = 4;
+  Entry entries[kEntries];
+  int next = 0;  ///< the entry a new set of pairs replaces (the oldest)
 };
 
 /// Internal access to Context for the dispatcher and the collectives.

@@ -228,7 +228,8 @@ class Pending {
   /// (the kernel throws) the collective is dropped instead: it never published anything.
   void abandon() noexcept {
     if (!op_) return;
-    if (op_->context != nullptr) detail::Access::abandon(*op_->context, op_.get(), op_->unwinding());
+    if (op_->context != nullptr)
+      detail::Access::abandon(*op_->context, op_.get(), !op_->done && op_->unwinding());
     op_.reset();
   }
 

@@ -230,18 +230,28 @@ inline int permutation_destination(const GroupInfo& g,
 /// The PermuteOps of ppermute, pshuffle and pbroadcast, validated.
 inline PermuteOp ppermute_op(Context& ctx, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
   const GroupInfo& g = Access::group(ctx, axes, {}, false, "ppermute");
-  PermutationMemo& m = Access::permutation_memo(ctx);
-  if (!m.valid || m.group != g.signature || m.axis_size != g.axis_size || m.pairs != perm) {
-    m.valid = false;
+  PermutationMemo& memo = Access::permutation_memo(ctx);
+  const PermutationMemo::Entry* known = nullptr;
+  for (const auto& e : memo.entries)
+    if (e.valid && e.group == g.signature && e.axis_size == g.axis_size && e.pairs == perm) {
+      known = &e;
+      break;
+    }
+  if (known == nullptr) {
+    PermutationMemo::Entry& e = memo.entries[memo.next];
+    e.valid = false;
     const int from = permutation_source(g, perm);  // throws if they are not valid
-    m.pairs = perm;
-    m.group = g.signature;
-    m.axis_size = g.axis_size;
-    m.from = from;
-    m.to = permutation_destination(g, perm);
-    m.hash = hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0]));
-    m.valid = true;
+    e.pairs = perm;
+    e.group = g.signature;
+    e.axis_size = g.axis_size;
+    e.from = from;
+    e.to = permutation_destination(g, perm);
+    e.hash = hash_bytes(0, perm.data(), perm.size() * sizeof(perm[0]));
+    e.valid = true;
+    memo.next = (memo.next + 1) % PermutationMemo::kEntries;
+    known = &e;
   }
+  const PermutationMemo::Entry& m = *known;
   return PermuteOp{.g = &g,
                    .name = "ppermute",
                    .kind = OpKind::ppermute,
