@@ -11,12 +11,17 @@ namespace pmap::detail {
 
 namespace {
 
+/// Whether a collective over group `g` of one step reading `bytes` of each member, not in
+/// place, is staged.
+bool staged_path(const Team& team, const GroupInfo& g, std::size_t bytes) {
+  const bool whole_team = g.members.size() == static_cast<std::size_t>(team.size());
+  return !team.distributed() && team.size() > 1 && whole_team && bytes <= kStagedBytes;
+}
+
 /// The path of collective `c` over group `g` (the same on every member that agrees on it).
 Path choose_path(const Team& team, const GroupInfo& g, const Collective& c) {
   if (team.distributed()) return Path::gathered;
-  const bool whole_team = g.members.size() == static_cast<std::size_t>(team.size());
-  if (c.steps == 1 && !c.in_place && team.size() > 1 && whole_team && c.bytes <= kStagedBytes)
-    return Path::staged;
+  if (c.steps == 1 && !c.in_place && staged_path(team, g, c.bytes)) return Path::staged;
   return Path::in_place;
 }
 
@@ -58,7 +63,7 @@ void note_everyone_arrived(Member& me, std::uint64_t base) {
 /// The first half of the staged path: the input copied into the next copy, the phases
 /// counted, the description published.
 int stage(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
-          const OpDesc& desc, std::uint64_t& base, bool started = false) {
+          const OpDescRef& desc, std::uint64_t& base, bool started = false) {
   Team& team = *me.team;
   const int copy = static_cast<int>(me.staged % kStagedCopies);
   await_copy_readers(me, copy);
@@ -74,7 +79,7 @@ int stage(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t sig
 /// The staged path of rendezvous() over the whole group: the input copied into the slot, one
 /// barrier, the work over the peers' copies.
 void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
-                 const OpDesc& desc, const PeerWork& work) {
+                 const OpDescRef& desc, const PeerWork& work) {
   std::uint64_t base = 0;
   const int copy = stage(me, g, c, signature, desc, base);
   Meeting meeting(me, g.members, 1);
@@ -89,7 +94,7 @@ void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint6
 
 /// The first half of a staged point-to-point collective (rendezvous.hpp: Posted).
 Posted post_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
-                   const OpDesc& desc, bool started) {
+                   const OpDescRef& desc, bool started) {
   std::uint64_t base = 0;
   const int copy = stage(me, g, c, signature, desc, base, started);
   const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
@@ -106,7 +111,7 @@ Posted post_staged(Member& me, const GroupInfo& g, const Collective& c, std::uin
 void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, const PeerWork& work) {
   Team& team = *me.team;
   const std::uint64_t signature = c.signature ^ g.signature;
-  const OpDesc desc{c.name, c.dtype, c.shape};
+  const OpDescRef desc{c.name, c.dtype, c.shape};
   switch (path) {
     case Path::staged:
       if (c.source == Collective::kWholeGroup) {
@@ -150,15 +155,12 @@ void meet_on(Member& me, Path path, const GroupInfo& g, const Collective& c, con
 }  // namespace
 
 bool can_post(const Member& me, const GroupInfo& g, std::size_t bytes) {
-  Collective c;  // one member's input read by another: what choose_path() looks at
-  c.bytes = bytes;
-  c.source = 0;
-  return choose_path(*me.team, g, c) == Path::staged;
+  return staged_path(*me.team, g, bytes);  // one member's input read by another
 }
 
 Posted post(Member& me, const GroupInfo& g, const Collective& c, bool started) {
   PMAP_ASSERT(c.source != Collective::kWholeGroup && can_post(me, g, c.bytes));
-  return post_staged(me, g, c, c.signature ^ g.signature, OpDesc{c.name, c.dtype, c.shape},
+  return post_staged(me, g, c, c.signature ^ g.signature, OpDescRef{c.name, c.dtype, c.shape},
                      started);
 }
 

@@ -58,12 +58,14 @@ template <class T>
 struct Owned {
   T value;
   T&& get() { return std::move(value); }
+  const T& peek() const { return value; }
 };
 /// An lvalue operand, which must outlive the collective (SPEC 11's operand rule).
 template <class T>
 struct Referenced {
   const T* value;
   const T& get() const { return *value; }
+  const T& peek() const { return *value; }
 };
 
 /// What a started collective keeps of operand x.
@@ -84,7 +86,11 @@ auto hold(X&& x) {
 /// A started ppermute of one tensor or scalar: posted when it starts if its path allows it
 /// (rendezvous.hpp: Posted: staged, point to point), so that it travels while the device
 /// computes and its wait() finds it arrived; otherwise the blocking ppermute runs when it
-/// must, as every other started collective does.
+/// must, as every other started collective does. A posted one builds its leaf (the result,
+/// the operand taken over) only when it completes: until its arrival is published, a start
+/// writes as little as it can, since those writes queue behind the arrival of the
+/// collective started before it (a halo exchange's first ppermute), which waits for the line
+/// that its destination polls.
 template <class Held>
 class StartedPermute final
     : public StartedOf<std::remove_cvref_t<decltype(std::declval<Context&>().ppermute(
@@ -98,7 +104,7 @@ class StartedPermute final
   /// Posts it, when it can: its operand then moves into the collective (an rvalue is donated
   /// when it completes, as in the blocking call). Otherwise keeps what the blocking ppermute
   /// takes, for run().
-  void post(Context& ctx, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
+  void post(Context& ctx, AxisNames&& axes, const std::vector<std::pair<int, int>>& perm) {
     const PermuteOp op = ppermute_op(ctx, axes, perm);
     std::size_t bytes = sizeof(T);
     if constexpr (!Operand<X>::is_scalar) bytes *= static_cast<std::size_t>(held_.get().size());
@@ -107,8 +113,11 @@ class StartedPermute final
       perm_ = perm;
       return;
     }
-    leaf_.emplace(ctx, held_.get(), op);
-    posted_ = detail::post(Access::member(ctx), *op.g, permute_collective(*leaf_, op), true);
+    const Operand<X> input(held_.peek());  // staged by post(): read there only
+    Collective c = describe_permute<T>(op, input.shape(), input.data(), nullptr);
+    add_permutation(c, op);
+    posted_ = detail::post(Access::member(ctx), *op.g, c, true);
+    op_ = op;
     this->posted = true;
   }
   void run(Context& ctx) override {
@@ -116,9 +125,10 @@ class StartedPermute final
       this->result.emplace(ctx.ppermute(held_.get(), axes_, perm_));
       return;
     }
-    const void* from = detail::complete(Access::member(ctx), posted_, leaf_->bytes());
-    leaf_->work(0, [from](int) { return from; });
-    this->result.emplace(leaf_->take());
+    PermuteLeaf<X> leaf(ctx, held_.get(), op_);  // before the wait for the source
+    const void* from = detail::complete(Access::member(ctx), posted_, leaf.bytes());
+    leaf.work(0, [from](int) { return from; });
+    this->result.emplace(leaf.take());
   }
   bool arrived(const Context& ctx) const override {
     return this->posted && detail::arrived(Access::member(ctx), posted_);
@@ -128,7 +138,7 @@ class StartedPermute final
   Held held_;
   AxisNames axes_;
   std::vector<std::pair<int, int>> perm_;
-  std::optional<PermuteLeaf<X>> leaf_;
+  PermuteOp op_{};
   Posted posted_;
 };
 

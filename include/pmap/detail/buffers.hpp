@@ -33,13 +33,12 @@ class Operand {
   static constexpr int layout = Leaf::layout;
   static constexpr bool is_scalar = is_arithmetic_scalar_v<std::remove_cvref_t<X>>;
 
-  explicit Operand(const X& x) {
+  explicit Operand(const X& x) : shape_(shape_in_place(x)) {
     if constexpr (is_scalar) {
       scalar_ = x;
       data_ = &scalar_;
-    } else if constexpr (is_tensor_leaf_v<X> || is_owning_tensor<std::remove_cvref_t<X>>::value) {
+    } else if constexpr (in_place) {
       data_ = x.data();
-      shape_ = shape_of_dims(x.dimensions(), rank);
     } else {
       owned_ = x;
       data_ = owned_.data();
@@ -64,6 +63,18 @@ class Operand {
   Eigen::Tensor<T, rank, layout> take() { return std::move(owned_); }
 
  private:
+  /// Tensors and TensorMaps are read where they are.
+  static constexpr bool in_place =
+      !is_scalar && (is_tensor_leaf_v<X> || is_owning_tensor<std::remove_cvref_t<X>>::value);
+  /// The shape of an input read in place (built where it is kept: a shape is kMaxRank
+  /// dimensions); the default one otherwise, until the constructor knows it.
+  static Shape shape_in_place(const X& x) {
+    if constexpr (in_place)
+      return shape_of_dims(x.dimensions(), rank);
+    else
+      return Shape{};
+  }
+
   const T* data_ = nullptr;
   Shape shape_;
   T scalar_{};

@@ -158,6 +158,20 @@ struct PermuteOp {
   using Leaf = PermuteLeaf<X>;
 };
 
+/// Describes a collective of `op` over an input of scalar T.
+template <class T>
+Collective describe_permute(const PermuteOp& op, const Shape& shape, const T* in, void* out) {
+  return op.kind == OpKind::pbroadcast ? describe<T>(op.name, op.kind, shape, {op.source}, in, out)
+                                       : describe<T>(op.name, op.kind, shape, {}, in, out);
+}
+
+/// Adds to c, a collective of `op`, what its members pass and whom it reads.
+inline void add_permutation(Collective& c, const PermuteOp& op) {
+  c.signature ^= op.perm_hash;  // members that pass different permutations differ
+  c.source = op.from;
+  c.reader = op.to;
+}
+
 template <class X>
 class PermuteLeaf : public Described {
   using T = typename Operand<X>::T;
@@ -167,9 +181,7 @@ class PermuteLeaf : public Described {
   PermuteLeaf(Context& ctx, Source&& x, const PermuteOp& op)
       : ctx_(ctx), op_(std::forward<Source>(x)), from_(op.from),
         result_(make_result<T, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {
-    described_ = op.kind == OpKind::pbroadcast
-                     ? detail::describe<T>(op.name, op.kind, op_.shape(), {op.source}, op_.data(), result_.data())
-                     : detail::describe<T>(op.name, op.kind, op_.shape(), {}, op_.data(), result_.data());
+    described_ = describe_permute<T>(op, op_.shape(), op_.data(), result_.data());
   }
 
   template <class Input>
@@ -197,9 +209,7 @@ class PermuteLeaf : public Described {
 template <class X>
 Collective permute_collective(const PermuteLeaf<X>& leaf, const PermuteOp& op) {
   Collective c = leaf.describe();
-  c.signature ^= op.perm_hash;  // members that pass different permutations differ
-  c.source = op.from;
-  c.reader = op.to;
+  add_permutation(c, op);
   return c;
 }
 

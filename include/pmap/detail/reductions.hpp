@@ -48,7 +48,7 @@ auto finish_reduce(Result&& result) {
 template <OpKind K, class Acc, class T>
 void reduce_here_and_across(Member& me, const GroupInfo& g, const Collective& c, Acc* out) {
   Team& team = *me.team;
-  team.publish(me.index, OpDesc{c.name, c.dtype, c.shape}, g.axis_label,
+  team.publish(me.index, OpDescRef{c.name, c.dtype, c.shape}, g.axis_label,
                c.signature ^ g.signature, c.in, c.out);
   const auto local = team.local_members();
   const bool leader = me.index == team.local_leader();

@@ -54,9 +54,19 @@ struct OpDesc {
   Shape shape;
 };
 
+/// An OpDesc as a collective passes it to be published: its shape by reference, not copied
+/// (a shape is kMaxRank dimensions, most of them past the rank).
+struct OpDescRef {
+  const char* name;
+  const char* dtype;
+  const Shape& shape;
+  OpDescRef(const char* n, const char* t, const Shape& s) : name(n), dtype(t), shape(s) {}
+  OpDescRef(const OpDesc& d) : name(d.name), dtype(d.dtype), shape(d.shape) {}  // NOLINT
+};
+
 /// to = from, but for the dimensions past the rank, which nobody reads (a staged collective
 /// describes itself twice per call: Slot::describe, Slot::describe_staged).
-inline void copy_desc(OpDesc& to, const OpDesc& from) {
+inline void copy_desc(OpDesc& to, const OpDescRef& from) {
   to.name = from.name;
   to.dtype = from.dtype;
   to.shape.rank = from.shape.rank;
@@ -134,7 +144,7 @@ struct alignas(128) Slot {
   std::uint64_t leaf_signatures[kDescribedLeaves] = {};
   /// Describes collective `sig`, unless desc describes it already: a loop that calls
   /// one collective again does not rewrite what only error messages read.
-  void describe(const OpDesc& d, std::string_view axis_label, std::uint64_t sig) {
+  void describe(const OpDescRef& d, std::string_view axis_label, std::uint64_t sig) {
     if (sig == described_as && d.name == desc.name) return;
     described_as = sig;
     copy_desc(desc, d);
@@ -155,7 +165,7 @@ struct alignas(128) Slot {
   /// owner only).
   std::uint64_t described_as = 0;
   std::uint64_t staged_described_as[kStagedCopies] = {};
-  void describe_staged(int copy, const OpDesc& d, std::string_view axis_label,
+  void describe_staged(int copy, const OpDescRef& d, std::string_view axis_label,
                        std::uint64_t sig) {
     StagedDesc& s = staged_desc[copy];
     if (sig == staged_described_as[copy] && d.name == s.desc.name &&
@@ -207,7 +217,7 @@ struct alignas(128) Slot {
     trail_ops.clear();
     trail_full = false;
   }
-  void note_unchecked(std::uint64_t position, std::uint64_t sig, const OpDesc& d,
+  void note_unchecked(std::uint64_t position, std::uint64_t sig, const OpDescRef& d,
                       std::string_view axis_label) {
     if (trail.size() == kTrailEntries) {
       trail_full = true;
@@ -233,7 +243,7 @@ struct alignas(128) Slot {
 
   /// The index of collective `sig`'s description in trail_ops: one of the last few kept, or
   /// a new one (a loop calls a few distinct collectives many times).
-  std::uint32_t describe_unchecked(std::uint64_t sig, const OpDesc& d,
+  std::uint32_t describe_unchecked(std::uint64_t sig, const OpDescRef& d,
                                    std::string_view axis_label) {
     constexpr std::size_t kRecent = 8;
     const std::size_t n = trail_ops.size();
@@ -241,7 +251,7 @@ struct alignas(128) Slot {
       if (trail_ops[k - 1].signature == sig) return static_cast<std::uint32_t>(k - 1);
     TrailOp& op = trail_ops.emplace_back();
     op.signature = sig;
-    op.desc = d;
+    copy_desc(op.desc, d);
     const std::size_t len = std::min(axis_label.size(), sizeof(op.axes) - 1);
     std::memcpy(op.axes, axis_label.data(), len);
     return static_cast<std::uint32_t>(n);

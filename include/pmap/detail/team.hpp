@@ -93,7 +93,7 @@ class Team {
 
   /// Publishes what `me` calls, before its first barrier: the description error messages
   /// read, the signature its peers compare and the buffers they read in place.
-  void publish(int me, const OpDesc& desc, std::string_view axes, std::uint64_t signature,
+  void publish(int me, const OpDescRef& desc, std::string_view axes, std::uint64_t signature,
                const void* in = nullptr, void* out = nullptr) {
     Slot& s = slot(me);
     s.describe(desc, axes, signature);
@@ -107,7 +107,7 @@ class Team {
   /// signature is the same, for a member that calls a collective that is not staged.
   /// `started`: a collective started (SPEC 11), which later ones of `me` may follow before it
   /// completes: its copy describes it too (Slot::staged_desc).
-  int publish_staged(int me, const OpDesc& desc, std::string_view axes, std::uint64_t signature,
+  int publish_staged(int me, const OpDescRef& desc, std::string_view axes, std::uint64_t signature,
                      std::uint64_t ordinal, const void* in, std::size_t bytes, bool started) {
     Slot& s = slot(me);
     const int copy = static_cast<int>(ordinal % kStagedCopies);
@@ -130,7 +130,7 @@ class Team {
   /// found that disagrees on one in which nobody reads it. Every other collective is compared
   /// by all members of its group when they meet.
   void record_unread(int me, std::uint64_t position, std::uint64_t signature,
-                     const OpDesc& desc, std::string_view axes) {
+                     const OpDescRef& desc, std::string_view axes) {
     Slot& s = slot(me);
     s.history = hash_mix(hash_mix(s.history, position), signature);
     s.note_unchecked(position, signature, desc, axes);
