@@ -277,6 +277,73 @@ TEST_P(Pending, ManyPpermutesInFlightWaitedInReverseAreTheBlockingOnes) {
   });
 }
 
+TEST_P(Pending, PairsRewrittenInPlaceBetweenStepsAreReadAfresh) {
+  // A device remembers the pairs of its last few ppermutes (a loop passes the same ones):
+  // one vector rewritten in place at every step, through more sets than it remembers,
+  // started and blocking, against all_gather's row of the source.
+  const int devices = n();
+  expect_no_mismatch(rt(), devices, kSmall, [devices](pmap::Context& ctx, auto v) {
+    const F1 x = pmap::eval(v);
+    const auto all = ctx.all_gather(x, "i");
+    const int me = ctx.axis_index("i");
+    std::vector<std::pair<int, int>> perm;
+    int wrong = 0;
+    for (int step = 0; step < 24; ++step) {
+      const int shift = (step * 7) % 6;  // 0, 1, ..., 5 in another order: six sets of pairs
+      perm = ring(devices, shift);
+      const int source = ((me - shift) % devices + devices) % devices;
+      const F1 want = all.chip(source, 0);
+      auto started = ctx.ppermute_start(x, "i", perm);
+      wrong += !same(ctx.ppermute(x, "i", perm), want);
+      wrong += !same(started.wait(), want);
+    }
+    return wrong;
+  });
+}
+
+TEST_P(Pending, ADeviceThatChangesItsPairsMidLoopGetsE14) {
+  // The same ppermute at every step, until device 1 passes other pairs: remembered pairs must
+  // not hide that from the devices' comparison.
+  if (n() < 3) GTEST_SKIP() << "needs three devices (two devices have one ring)";
+  const int devices = n();
+  auto f = pmap::pmap(
+      [devices](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        F1 sum = x;
+        for (int step = 0; step < 6; ++step) {
+          const int shift = ctx.axis_index() == 1 && step >= 3 ? -1 : 1;
+          sum = pmap::eval(sum + ctx.ppermute_start(x, "i", ring(devices, shift)).wait());
+        }
+        return sum;
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(10, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("ppermute"), std::string::npos) << message;
+}
+
+TEST_P(Pending, E14AfterRepeatedCollectivesNamesTheShapesThatDiffer) {
+  // A device describes a collective for error messages only when it differs from the one it
+  // described last: after the same psum (started and blocking) three times, the fourth
+  // differs in shape on device 0, and E14 names both shapes.
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        F1 sum = ctx.psum_start(x, "i").wait();
+        sum = pmap::eval(sum + ctx.psum(x, "i"));
+        sum = pmap::eval(sum + ctx.psum_start(x, "i").wait());
+        const Index len = ctx.axis_index() == 0 ? 2 : kSmall;
+        (void)ctx.psum(F1(x.slice(std::array<Index, 1>{0}, std::array<Index, 1>{len})), "i");
+        return sum;
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(11, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("float32[2]"), std::string::npos) << message;
+  EXPECT_NE(message.find("float32[5]"), std::string::npos) << message;
+}
+
 TEST_P(Pending, AnErrorMetByAnUnwaitedCollectiveReachesTheCaller) {
   if (n() < 2) GTEST_SKIP() << "needs two devices";
   auto f = pmap::pmap(
