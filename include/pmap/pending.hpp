@@ -101,8 +101,8 @@ class StartedPermute final
  public:
   explicit StartedPermute(Held held) : held_(std::move(held)) {}
 
-  /// Posts it, when it can: its operand then moves into the collective (an rvalue is donated
-  /// when it completes, as in the blocking call). Otherwise keeps what the blocking ppermute
+  /// Posts it, when it can: its operand is staged now, and taken over when it completes (an
+  /// rvalue donated, as in the blocking call). Otherwise keeps what the blocking ppermute
   /// takes, for run().
   void post(Context& ctx, AxisNames&& axes, const std::vector<std::pair<int, int>>& perm) {
     const PermuteOp op = ppermute_op(ctx, axes, perm);
