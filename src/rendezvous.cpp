@@ -191,6 +191,50 @@ const void* complete(Member& me, const Posted& posted, std::size_t bytes) {
   std::rethrow_exception(failure);
 }
 
+PostedGroup post_group(Member& me, const GroupInfo& g, const Collective& c,
+                       std::span<const int> members) {
+  PMAP_ASSERT(c.source == Collective::kWholeGroup && c.steps == 1 && !c.in_place &&
+              can_post(me, g, c.bytes));
+  std::uint64_t base = 0;
+  const int copy = stage(me, g, c, c.signature ^ g.signature,
+                         OpDescRef{c.name, c.dtype, c.shape}, base, true);
+  me.phase = base + kPhasesPerCollective;
+  me.team->arrive_at_barrier(me.index, members, base + 1);
+  return PostedGroup{base, copy, members, g.position};
+}
+
+bool arrived(const Member& me, const PostedGroup& posted) {
+  const Team& team = *me.team;
+  if (team.cancelled()) return true;
+  for (int m : posted.members) {
+    const Slot& s = team.slot(m);
+    if (s.phase.load(std::memory_order_acquire) <= posted.base &&
+        !s.finished.load(std::memory_order_acquire))
+      return false;
+  }
+  return true;
+}
+
+void complete(Member& me, const PostedGroup& posted, std::size_t bytes, PeerWork work) {
+  Team& team = *me.team;
+  const std::uint64_t target = posted.base + 1;
+  std::exception_ptr failure;
+  try {
+    team.await_arrival(me.index, posted.members, target);
+    team.check_agreement(me.index, posted.members, target, posted.copy);
+    PeerSet peers(nullptr, team, posted.members, posted.position, Path::staged, posted.copy,
+                  bytes);
+    work(peers);
+    note_everyone_arrived(me, posted.base);
+    return;
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // As Meeting::run: drained outside the handler (a drain may suspend).
+  team.drain(me.index, posted.members, target, target, true);
+  std::rethrow_exception(failure);
+}
+
 void meet_peers(Member& me, const GroupInfo& g, const Collective& c, PeerWork work) {
   const Path path = choose_path(*me.team, g, c);
   traced(me, g, c, path, [&] { meet_on(me, path, g, c, work); });

@@ -236,6 +236,58 @@ TEST_P(Pending, PpermutesInFlightThatDifferGetE14NamingBoth) {
   EXPECT_NE(message.find("ppermute over axis i on float32[3]"), std::string::npos) << message;
 }
 
+TEST_P(Pending, GroupCollectivesInFlightThatDifferGetE14NamingBoth) {
+  // Posted psums and gathers over the whole axis (staged) are compared when they complete;
+  // the second of three in flight names its own shape, not the later ones'.
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        auto a = ctx.psum_start(x, "i");
+        const Index len = ctx.axis_index() == 0 ? 2 : 3;
+        auto b = ctx.pmax_start(F1(x.slice(std::array<Index, 1>{0}, std::array<Index, 1>{len})), "i");
+        auto c = ctx.all_gather_start(x, "i");
+        F1 out = a.wait();
+        (void)b.wait();
+        (void)c.wait();
+        return out;
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(10, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("pmax over axis i on float32[2]"), std::string::npos) << message;
+  EXPECT_NE(message.find("pmax over axis i on float32[3]"), std::string::npos) << message;
+}
+
+TEST_P(Pending, APostedPsumMetByABlockingOneAndAGatherIsTheBlockingResult) {
+  // A started psum and all_gather (posted) on some devices meet the blocking ones on the
+  // others: one barrier, one copy, the same bits.
+  const int devices = n();
+  expect_no_mismatch(rt(), devices, kSmall, [](pmap::Context& ctx, auto v) {
+    const F1 x = pmap::eval(v);
+    int bad = 0;
+    for (int step = 0; step < 6; ++step) {
+      const bool start = (ctx.axis_index() + step) % 2 == 0;
+      F1 sum;
+      F2 gathered;
+      if (start) {
+        auto s = ctx.psum_start(x, "i");
+        auto g = ctx.all_gather_start(pmap::eval(x + 1.f), "i");
+        gathered = g.wait();
+        sum = s.wait();
+      } else {
+        sum = ctx.psum(x, "i");
+        gathered = ctx.all_gather(pmap::eval(x + 1.f), "i");
+      }
+      const F2 all = ctx.all_gather(x, "i");
+      bad += !same(sum, ctx.psum(x, "i"));
+      for (Index d = 0; d < all.dimension(0); ++d)
+        for (Index k = 0; k < x.size(); ++k) bad += gathered(d, k) != all(d, k) + 1.f;
+    }
+    return bad;
+  });
+}
+
 TEST_P(Pending, APostedPpermuteMetByAnotherCollectiveIsE14) {
   if (n() < 2) GTEST_SKIP() << "needs two devices";
   const int devices = n();

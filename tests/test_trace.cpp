@@ -348,6 +348,49 @@ TEST(Trace, TwoPpermutesInFlightCostOneSuspension) {
   }
 }
 
+TEST(Trace, TwoGroupCollectivesInFlightCostOneSuspension) {
+  // As two ppermutes: a started psum and all_gather (staged, over the whole axis) are posted
+  // when they start. On one thread device 0 starts both, waits for the psum and suspends;
+  // device 1 starts both, which completes both barriers, and its waits find both done.
+  // Were a started collective run only when it is waited for, device 1 would reach the
+  // all_gather before device 0 and suspend there.
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        auto sum = ctx.psum_start(x, "i");
+        auto gathered = ctx.all_gather_start(pmap::eval(x * 2.f), "i");
+        const F1 s = sum.wait();
+        const F2 g = gathered.wait();
+        F1 out = pmap::eval(s + g.chip(0, 0) + 3.f * g.chip(1, 0));
+        return out;
+      },
+      on_axis(rt));
+  F2 x = make<F2>(4, 2, 16);
+  const F2 untraced = f(x);
+  F2 result;
+  const Trace t = traced("inflight_group", [&] {
+    for (int k = 0; k < 5; ++k) result = f(x);
+  });
+  expect_well_formed(t);
+  EXPECT_TRUE(tensors_equal(result, untraced));
+  for (Index d = 0; d < 2; ++d)
+    for (Index k = 0; k < 16; ++k)
+      EXPECT_EQ(result(d, k), (x(0, k) + x(1, k)) + 2.f * x(0, k) + 3.f * (2.f * x(1, k)));
+  int waits = 0, suspended = 0;
+  for (const Value* w : t.category("pending")) {
+    ++waits;
+    suspended += w->at("args").at("suspended").boolean ? 1 : 0;
+  }
+  EXPECT_EQ(waits, 20);
+  std::set<int> suspending;
+  for (const Value* e : t.with("i", "suspend")) suspending.insert(static_cast<int>(num(*e, "tid")));
+  if (!PMAP_DEVICE_THREADS) {
+    EXPECT_EQ(suspended, 5) << "one suspension per call, device 0's first wait";
+    EXPECT_EQ(suspending.size(), 1u) << "device 1 never suspends: both collectives were posted";
+  }
+}
+
 TEST(Trace, NestedCallsInsideTheOuterKernel) {
   pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
   pmap::Runtime& runtime = rt;

@@ -4,10 +4,11 @@
 /// A started collective takes its place in the device's sequence of collectives when it is
 /// started: its operand is held (an rvalue tensor or tree owned, donated when it runs; an
 /// lvalue referenced; an expression evaluated now), and the collective is queued on the
-/// device (Context::started_). A small ppermute of one tensor or scalar is posted at once
-/// (rendezvous.hpp: Posted): its input staged and its arrival published, so that it travels
-/// while the device computes; its wait() completes it, reading its source's copy. The other
-/// entries of the queue run in start order, each on the engine of the blocking collective
+/// device (Context::started_). A small collective of one tensor or scalar over the whole
+/// team (a ppermute: rendezvous.hpp: Posted; a psum, all_gather, psum_scatter, all_to_all:
+/// PostedGroup) is posted at once: its input staged and its arrival published, so that it
+/// travels while the device computes; its wait() completes it, reading its peers' copies. The
+/// other entries of the queue run in start order, each on the engine of the blocking collective
 /// (one engine: `wait()` returns what the blocking call returns, bit for bit, on every path),
 /// when the device waits for one of them, calls a blocking collective or a nested pmap, posts
 /// a later one, or destroys a Pending unwaited (the older ones complete first, SPEC 11's
@@ -142,6 +143,65 @@ class StartedPermute final
   Posted posted_;
 };
 
+/// A started collective of one tensor or scalar over the whole team (psum, pmean, pmax, pmin,
+/// all_gather, psum_scatter, all_to_all): posted when it starts if it takes the staged path
+/// (rendezvous.hpp: PostedGroup), its leaf (Op::Leaf: result, plan, the operand taken over)
+/// built then, so that its peers meet it while the device computes and its wait() finds
+/// them arrived; otherwise `call`, the blocking collective, runs when it must, as every
+/// other started collective does.
+template <class R, class Held, class Op, class Call>
+class StartedGroup final : public StartedOf<R> {
+  using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
+  using T = typename Operand<X>::T;
+  using Leaf = typename Op::template Leaf<X>;
+
+ public:
+  StartedGroup(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
+
+  /// Posts it over group `g` when it can; `make_op(g)` gives its parameters.
+  template <class MakeOp>
+  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op) {
+    std::size_t bytes = sizeof(T);
+    if constexpr (!Operand<X>::is_scalar) bytes *= static_cast<std::size_t>(held_.peek().size());
+    const Member& me = Access::member(ctx);
+    if (!can_post(me, g, bytes)) return;
+    const Team& team = *me.team;
+    std::span<const int> members = team.local_members();  // the team in its own order
+    if (!std::equal(g.members.begin(), g.members.end(), members.begin(), members.end())) {
+      kept_members_ = g.members;
+      members = kept_members_;
+    }
+    leaf_.emplace(ctx, held_.get(), make_op(g));
+    posted_ = post_group(Access::member(ctx), g, leaf_->describe(), members);
+    this->posted = true;
+  }
+  void run(Context& ctx) override {
+    if (!this->posted) {
+      this->result.emplace(call_(ctx, held_.get()));
+      return;
+    }
+    complete_typed<T>(ctx, posted_, leaf_->bytes(), [this](Peers<T>& peers) { work(peers); });
+    this->result.emplace(leaf_->take());
+  }
+  bool arrived(const Context& ctx) const override {
+    return this->posted && detail::arrived(Access::member(ctx), posted_);
+  }
+
+ private:
+  void work(Peers<T>& peers) {
+    if constexpr (requires { leaf_->work(peers); })
+      leaf_->work(peers);
+    else
+      leaf_->work(peers.size(), [&peers](int k) { return peers.input(k); });
+  }
+
+  Held held_;
+  Call call_;
+  std::optional<Leaf> leaf_;
+  std::vector<int> kept_members_;
+  PostedGroup posted_;
+};
+
 /// Queues `op`, collective `name` just started (or posted) on `ctx`, and returns its Pending.
 template <class Op>
 auto enqueue(Context& ctx, const char* name, std::unique_ptr<Op> op) {
@@ -158,6 +218,27 @@ auto start(Context& ctx, const char* name, X&& x, Call call) {
   using Held = decltype(held);
   using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
   return enqueue(ctx, name, std::make_unique<StartedWith<R, Held, Call>>(std::move(held), std::move(call)));
+}
+
+/// Starts collective `name` of `ctx` over `axes` and `groups` on operand x: a tensor or
+/// scalar is posted now when its path allows it (StartedGroup; `make_op(g)` gives the leaf's
+/// parameters over group g), anything else queued as start() does; `call` is the blocking
+/// collective. `equal_sizes`: the collective needs groups of equal size.
+template <class Op, class X, class MakeOp, class Call>
+auto start_group(Context& ctx, const char* name, X&& x, const AxisNames& axes,
+                 const Groups& groups, bool equal_sizes, const MakeOp& make_op, Call call) {
+  using D = std::remove_cvref_t<X>;
+  if constexpr (is_operand_tree_v<D> || is_core_dense_v<D>) {
+    return start(ctx, name, std::forward<X>(x), std::move(call));
+  } else {
+    auto held = hold(std::forward<X>(x));
+    using Held = decltype(held);
+    using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
+    auto op = std::make_unique<StartedGroup<R, Held, Op, Call>>(std::move(held), std::move(call));
+    Access::make_room(ctx);
+    Access::posting(ctx, [&] { op->post(ctx, Access::group(ctx, axes, groups, equal_sizes, name), make_op); });
+    return enqueue(ctx, name, std::move(op));
+  }
 }
 
 }  // namespace detail
@@ -249,84 +330,112 @@ class Pending {
 // ---- the *_start members (SPEC 11) ------------------------------------------------------
 template <class X>
 auto Context::psum_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, "psum", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
-    return c.psum(std::forward<decltype(v)>(v), axes, groups);
-  });
+  using Op = detail::ReduceOp<detail::OpKind::psum>;
+  return detail::start_group<Op>(
+      *this, "psum", std::forward<X>(x), axes, groups, false,
+      [](const detail::GroupInfo& g) { return Op{&g, "psum"}; },
+      [axes, groups](Context& c, auto&& v) { return c.psum(std::forward<decltype(v)>(v), axes, groups); });
 }
 
 template <class X>
 auto Context::pmean_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, "pmean", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
-    return c.pmean(std::forward<decltype(v)>(v), axes, groups);
-  });
+  using Op = detail::ReduceOp<detail::OpKind::pmean>;
+  return detail::start_group<Op>(
+      *this, "pmean", std::forward<X>(x), axes, groups, false,
+      [](const detail::GroupInfo& g) { return Op{&g, "pmean"}; },
+      [axes, groups](Context& c, auto&& v) { return c.pmean(std::forward<decltype(v)>(v), axes, groups); });
 }
 
 template <class X>
 auto Context::pmax_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, "pmax", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
-    return c.pmax(std::forward<decltype(v)>(v), axes, groups);
-  });
+  using Op = detail::ReduceOp<detail::OpKind::pmax>;
+  return detail::start_group<Op>(
+      *this, "pmax", std::forward<X>(x), axes, groups, false,
+      [](const detail::GroupInfo& g) { return Op{&g, "pmax"}; },
+      [axes, groups](Context& c, auto&& v) { return c.pmax(std::forward<decltype(v)>(v), axes, groups); });
 }
 
 template <class X>
 auto Context::pmin_start(X&& x, AxisNames axes, const Groups& groups) {
-  return detail::start(*this, "pmin", std::forward<X>(x), [axes = std::move(axes), groups](Context& c, auto&& v) {
-    return c.pmin(std::forward<decltype(v)>(v), axes, groups);
-  });
+  using Op = detail::ReduceOp<detail::OpKind::pmin>;
+  return detail::start_group<Op>(
+      *this, "pmin", std::forward<X>(x), axes, groups, false,
+      [](const detail::GroupInfo& g) { return Op{&g, "pmin"}; },
+      [axes, groups](Context& c, auto&& v) { return c.pmin(std::forward<decltype(v)>(v), axes, groups); });
 }
 
 template <class X>
 auto Context::all_gather_start(X&& x, AxisNames axes, int axis, const Groups& groups) {
-  return detail::start(*this, "all_gather", std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
-    return c.all_gather(std::forward<decltype(v)>(v), axes, axis, groups);
-  });
+  return detail::start_group<detail::AllGatherOp<false>>(
+      *this, "all_gather", std::forward<X>(x), axes, groups, true,
+      [axis](const detail::GroupInfo& g) { return detail::AllGatherOp<false>{&g, axis}; },
+      [axes, axis, groups](Context& c, auto&& v) {
+        return c.all_gather(std::forward<decltype(v)>(v), axes, axis, groups);
+      });
 }
 
 template <class X>
 auto Context::all_gather_start(X&& x, AxisNames axes, int axis, tiled_t, const Groups& groups) {
-  return detail::start(*this, "all_gather", std::forward<X>(x), [axes = std::move(axes), axis, groups](Context& c, auto&& v) {
-    return c.all_gather(std::forward<decltype(v)>(v), axes, axis, tiled, groups);
-  });
+  return detail::start_group<detail::AllGatherOp<true>>(
+      *this, "all_gather", std::forward<X>(x), axes, groups, true,
+      [axis](const detail::GroupInfo& g) { return detail::AllGatherOp<true>{&g, axis}; },
+      [axes, axis, groups](Context& c, auto&& v) {
+        return c.all_gather(std::forward<decltype(v)>(v), axes, axis, tiled, groups);
+      });
 }
 
 template <class X>
 auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension,
                                  const Groups& groups) {
-  return detail::start(*this, "psum_scatter", std::forward<X>(x),
-                       [axes = std::move(axes), scatter_dimension, groups](Context& c, auto&& v) {
-                         return c.psum_scatter(std::forward<decltype(v)>(v), axes,
-                                               scatter_dimension, groups);
-                       });
+  return detail::start_group<detail::ScatterSumOp<false>>(
+      *this, "psum_scatter", std::forward<X>(x), axes, groups, true,
+      [scatter_dimension](const detail::GroupInfo& g) {
+        return detail::ScatterSumOp<false>{&g, scatter_dimension};
+      },
+      [axes, scatter_dimension, groups](Context& c, auto&& v) {
+        return c.psum_scatter(std::forward<decltype(v)>(v), axes, scatter_dimension, groups);
+      });
 }
 
 template <class X>
 auto Context::psum_scatter_start(X&& x, AxisNames axes, int scatter_dimension, tiled_t,
                                  const Groups& groups) {
-  return detail::start(*this, "psum_scatter", std::forward<X>(x),
-                       [axes = std::move(axes), scatter_dimension, groups](Context& c, auto&& v) {
-                         return c.psum_scatter(std::forward<decltype(v)>(v), axes,
-                                               scatter_dimension, tiled, groups);
-                       });
+  return detail::start_group<detail::ScatterSumOp<true>>(
+      *this, "psum_scatter", std::forward<X>(x), axes, groups, true,
+      [scatter_dimension](const detail::GroupInfo& g) {
+        return detail::ScatterSumOp<true>{&g, scatter_dimension};
+      },
+      [axes, scatter_dimension, groups](Context& c, auto&& v) {
+        return c.psum_scatter(std::forward<decltype(v)>(v), axes, scatter_dimension, tiled,
+                              groups);
+      });
 }
 
 template <class X>
 auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis,
                                const Groups& groups) {
-  return detail::start(*this, "all_to_all", std::forward<X>(x),
-                       [axes = std::move(axes), split_axis, concat_axis, groups](Context& c, auto&& v) {
-                         return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
-                                             concat_axis, groups);
-                       });
+  return detail::start_group<detail::AllToAllOp<false>>(
+      *this, "all_to_all", std::forward<X>(x), axes, groups, true,
+      [split_axis, concat_axis](const detail::GroupInfo& g) {
+        return detail::AllToAllOp<false>{&g, split_axis, concat_axis};
+      },
+      [axes, split_axis, concat_axis, groups](Context& c, auto&& v) {
+        return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis, concat_axis, groups);
+      });
 }
 
 template <class X>
 auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat_axis, tiled_t,
                                const Groups& groups) {
-  return detail::start(*this, "all_to_all", std::forward<X>(x),
-                       [axes = std::move(axes), split_axis, concat_axis, groups](Context& c, auto&& v) {
-                         return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis,
-                                             concat_axis, tiled, groups);
-                       });
+  return detail::start_group<detail::AllToAllOp<true>>(
+      *this, "all_to_all", std::forward<X>(x), axes, groups, true,
+      [split_axis, concat_axis](const detail::GroupInfo& g) {
+        return detail::AllToAllOp<true>{&g, split_axis, concat_axis};
+      },
+      [axes, split_axis, concat_axis, groups](Context& c, auto&& v) {
+        return c.all_to_all(std::forward<decltype(v)>(v), axes, split_axis, concat_axis, tiled,
+                            groups);
+      });
 }
 
 template <class X>

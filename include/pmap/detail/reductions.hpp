@@ -200,25 +200,87 @@ void reduce_peers(Peers<T>& peers, Acc* out, std::int64_t size, const ReduceWay&
 PMAP_COMMON_REDUCTIONS(PMAP_EXTERN_REDUCTION)
 #undef PMAP_EXTERN_REDUCTION
 
-/// Reduces `x` (an Operand's source: const X& or a donated Eigen::Tensor&&) over the group.
+template <OpKind K, class Acc, class X>
+class ReductionLeaf;
+
+/// The result scalar of reduction K over scalar T (bool sums to int32, integers average to
+/// double).
+template <OpKind K, class T>
+using reduce_acc_t = std::conditional_t<K == OpKind::psum, psum_acc<T>,
+                                        std::conditional_t<K == OpKind::pmean, pmean_acc<T>, T>>;
+
+/// A reduction's parameters: its group and name ("psum"). Leaf<X> reduces an operand of
+/// type X.
+template <OpKind K>
+struct ReduceOp {
+  const GroupInfo* g;
+  const char* name;
+  template <class X>
+  using Leaf = ReductionLeaf<K, reduce_acc_t<K, typename Operand<X>::T>, X>;
+};
+
+/// psum, pmean, pmax, pmin of one operand (an Operand's source: const X& or a donated
+/// Eigen::Tensor&&) in one process: a leaf class, as the data movers of data_movement.hpp.
 /// A split reduction writes the result over its input when the input owns its storage and
 /// the scalar type is kept (member p writes only chunk p of its own buffer, which no peer
 /// reads, then copies the peers' chunks after the next barrier): no allocation, no page
 /// faults, which at hundreds of MiB cost more than the reduction itself.
+template <OpKind K, class Acc, class X>
+class ReductionLeaf : public Described {
+  using T = typename Operand<X>::T;
+  static constexpr int R = Operand<X>::rank;
+  static constexpr int L = Operand<X>::layout;
+
+ public:
+  template <class Source>
+  ReductionLeaf(Context& ctx, Source&& x, const ReduceOp<K>& op)
+      : ctx_(ctx), op_(std::forward<Source>(x)), size_(op_.shape().size()) {
+    const GroupInfo& g = *op.g;
+    const Team& team = *Access::member(ctx).team;
+    const int n = static_cast<int>(g.members.size());
+    constexpr std::int64_t acc_bytes = sizeof(Acc);
+    const bool split = !team.distributed() && n > 1 && size_ * acc_bytes >= kSplitReductionBytes;
+    if constexpr (std::is_same_v<Acc, T> && !Operand<X>::is_scalar) {
+      if (split && op_.owns_storage()) result_ = op_.take();  // op_.data() stays valid: same buffer
+    }
+    if (result_.data() == nullptr) result_ = make_result<Acc, R, L>(ctx, op_.shape());
+    Acc* out = result_.data();
+    in_place_ = static_cast<const void*>(out) == static_cast<const void*>(op_.data());
+    way_ = ReduceWay{split, !split && n > 1 && size_ > 0 && team.shares_threads(), in_place_,
+                     streams_into(result_),
+                     ResultKey{team.serial(), Access::member(ctx).phase, g.members.front(),
+                               static_cast<std::size_t>(size_) * sizeof(Acc)}};
+    described_ = detail::describe<T>(op.name, K, op_.shape(), {acc_bytes}, op_.data(), out, split ? 2 : 1);
+  }
+
+  void work(Peers<T>& peers) { reduce_peers<K, Acc, T>(peers, result_.data(), size_, way_); }
+  auto take() {
+    if (!in_place_) recycle(ctx_, op_);
+    return finish_reduce<X>(std::move(result_));
+  }
+
+ private:
+  Context& ctx_;
+  Operand<X> op_;
+  std::int64_t size_;
+  Eigen::Tensor<Acc, R, L> result_;
+  bool in_place_ = false;
+  ReduceWay way_;
+};
+
+/// Reduces `x` (an Operand's source: const X& or a donated Eigen::Tensor&&) over the group.
 template <OpKind K, class Acc, class X, class Source>
 auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& groups,
             const char* name) {
-  Operand<X> op(std::forward<Source>(x));
-  using T = typename Operand<X>::T;
-  constexpr int R = Operand<X>::rank;
-  constexpr int L = Operand<X>::layout;
   const GroupInfo& g = Access::group(ctx, axes, groups, false, name);
-  const int n = static_cast<int>(g.members.size());
-  const std::int64_t size = op.shape().size();
-  const Team& team = *Access::member(ctx).team;
-  constexpr std::int64_t acc_bytes = sizeof(Acc);
+  using T = typename Operand<X>::T;
   if constexpr (mpi_dtype<Acc>() != mpi::DType::none) {
-    if (team.distributed() && groups.empty() && n == team.size()) {
+    const Team& team = *Access::member(ctx).team;
+    if (team.distributed() && groups.empty() && g.members.size() == static_cast<std::size_t>(team.size())) {
+      Operand<X> op(std::forward<Source>(x));
+      constexpr int R = Operand<X>::rank;
+      constexpr int L = Operand<X>::layout;
+      constexpr std::int64_t acc_bytes = sizeof(Acc);
       auto result = make_result<Acc, R, L>(op.shape());
       reduce_across_processes<K, Acc, T>(
           ctx, g, describe<T>(name, K, op.shape(), {acc_bytes, 1}, op.data(), result.data()),
@@ -226,22 +288,9 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
       return finish_reduce<X>(std::move(result));
     }
   }
-  const bool split = !team.distributed() && n > 1 && size * acc_bytes >= kSplitReductionBytes;
-  Eigen::Tensor<Acc, R, L> result;
-  if constexpr (std::is_same_v<Acc, T> && !Operand<X>::is_scalar) {
-    if (split && op.owns_storage()) result = op.take();  // op.data() stays valid: same buffer
-  }
-  if (result.data() == nullptr) result = make_result<Acc, R, L>(ctx, op.shape());
-  Acc* out = result.data();
-  const bool in_place = static_cast<const void*>(out) == static_cast<const void*>(op.data());
-  const ReduceWay way{split, !split && n > 1 && size > 0 && team.shares_threads(), in_place,
-                      streams_into(result),
-                      ResultKey{team.serial(), Access::member(ctx).phase, g.members.front(),
-                                static_cast<std::size_t>(size) * sizeof(Acc)}};
-  rendezvous<T>(ctx, g, describe<T>(name, K, op.shape(), {acc_bytes}, op.data(), out, split ? 2 : 1),
-                [&](Peers<T>& peers) { reduce_peers<K, Acc, T>(peers, out, size, way); });
-  if (!in_place) recycle(ctx, op);
-  return finish_reduce<X>(std::move(result));
+  ReductionLeaf<K, Acc, X> leaf(ctx, std::forward<Source>(x), ReduceOp<K>{&g, name});
+  rendezvous<T>(ctx, g, leaf.describe(), [&](Peers<T>& peers) { leaf.work(peers); });
+  return leaf.take();
 }
 
 /// pargmax / pargmin: elementwise, the group position of the extreme (the first on ties).

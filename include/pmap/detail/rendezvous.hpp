@@ -182,11 +182,16 @@ class PeerSet {
   /// path, the peers' copy.
   PeerSet(Meeting* meeting, const Team& team, const GroupInfo& g, Path path, int copy,
           std::size_t bytes)
-      : meeting_(meeting), team_(team), g_(g), path_(path), copy_(copy), bytes_(bytes) {}
+      : PeerSet(meeting, team, g.members, g.position, path, copy, bytes) {}
+  /// `members`: the group in group order, `position`: this device's in it.
+  PeerSet(Meeting* meeting, const Team& team, std::span<const int> members, int position,
+          Path path, int copy, std::size_t bytes)
+      : meeting_(meeting), team_(team), members_(members), position_(position), path_(path),
+        copy_(copy), bytes_(bytes) {}
 
-  int size() const { return static_cast<int>(g_.members.size()); }
+  int size() const { return static_cast<int>(members_.size()); }
   /// This device's position in the group.
-  int position() const { return g_.position; }
+  int position() const { return position_; }
   const void* input(int k) const {
     const Slot& s = team_.slot(member(k));
     switch (path_) {
@@ -218,11 +223,12 @@ class PeerSet {
   }
 
  private:
-  int member(int k) const { return g_.members[static_cast<std::size_t>(k)]; }
+  int member(int k) const { return members_[static_cast<std::size_t>(k)]; }
 
   Meeting* meeting_;
   const Team& team_;
-  const GroupInfo& g_;
+  std::span<const int> members_;
+  int position_;
   Path path_;
   int copy_;
   std::size_t bytes_;
@@ -288,6 +294,31 @@ bool arrived(const Member& me, const Posted& posted);
 /// (Cancelled, E14).
 const void* complete(Member& me, const Posted& posted, std::size_t bytes);
 
+/// A staged collective over the whole team (a psum, all_gather, psum_scatter or all_to_all
+/// of at most kStagedBytes per member, in one process), started (SPEC 11), between its two
+/// halves. Posted: its input is in its staged copy and its arrival at the collective's one
+/// barrier published, without waiting there, so that its peers need not wait for this
+/// device to reach its wait(); completed: the device waited until every member arrived,
+/// checked that they posted the same collective (E14) and ran the work over their copies. The
+/// blocking collective is both halves at once (meet_staged), with the same barrier and copies.
+struct PostedGroup {
+  std::uint64_t base = 0;        ///< the device's phases before it
+  int copy = 0;                  ///< its staged copy, and every member's
+  std::span<const int> members;  ///< the group in group order (kept by the caller)
+  int position = 0;              ///< this device's position in it
+};
+/// The first half of staged collective `c` (can_post, over the whole team) of `me` over `g`,
+/// whose members in group order are `members`: the same as g.members, kept by the caller
+/// until the collective completes (the device's group lookup is rewritten by later ones).
+PostedGroup post_group(Member& me, const GroupInfo& g, const Collective& c,
+                       std::span<const int> members);
+/// Whether complete(posted) would not wait: every member arrived (or returned without it).
+bool arrived(const Member& me, const PostedGroup& posted);
+/// The second half of `posted`, whose inputs are `bytes` long: work(peers) over the members'
+/// copies once every one posted the same collective. Throws as a collective does (Cancelled,
+/// E14).
+void complete(Member& me, const PostedGroup& posted, std::size_t bytes, PeerWork work);
+
 /// Runs meet(), the whole of collective `c` of `me` over `g` on `path`; while a trace
 /// records, as one slice of the device's track (also when it ends by an exception).
 template <class Meet>
@@ -317,6 +348,16 @@ void rendezvous(Context& ctx, const GroupInfo& g, const Collective& c, Work&& wo
     work(peers);
   };
   meet_peers(Access::member(ctx), g, c, PeerWork(typed));
+}
+
+/// complete() of `posted` with a typed work(Peers<T>&).
+template <class T, class Work>
+void complete_typed(Context& ctx, const PostedGroup& posted, std::size_t bytes, Work&& work) {
+  const auto typed = [&work](PeerSet& set) {
+    Peers<T> peers(set);
+    work(peers);
+  };
+  complete(Access::member(ctx), posted, bytes, PeerWork(typed));
 }
 
 /// Runs one leaf's collective (a leaf class, as Described): one rendezvous over g, the leaf's

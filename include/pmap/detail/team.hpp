@@ -184,6 +184,13 @@ class Team {
     s.phase.fetch_add(0, std::memory_order_seq_cst);
     announce(me);
   }
+  /// arrive() at a barrier of `members` that `me` does not wait in (a staged collective
+  /// over the whole group, started now and completed later: rendezvous.hpp: PostedGroup):
+  /// the arrival that completes it wakes its suspended members, as arrive_and_wait's does.
+  void arrive_at_barrier(int me, std::span<const int> members, std::uint64_t target) {
+    arrive(me, target);
+    if (drained(members, target) && sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+  }
   /// Lets the other devices of `me`'s thread run once (on a fiber), or other threads: a
   /// device that polls for a peer (Pending::ready) gives its thread to the peer.
   void yield(int me);

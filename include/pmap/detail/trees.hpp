@@ -31,12 +31,6 @@
 
 namespace pmap::detail {
 
-/// The result scalar of reduction K over scalar T (bool sums to int32, integers average to
-/// double).
-template <OpKind K, class T>
-using reduce_acc_t = std::conditional_t<K == OpKind::psum, psum_acc<T>,
-                                        std::conditional_t<K == OpKind::pmean, pmean_acc<T>, T>>;
-
 /// A Core operand's collective result (a tensor of the operand's rank) as the operand's plain
 /// object type with the result's scalar (SPEC 10: an integer pmean gives a double matrix).
 template <class X, class Result>
