@@ -100,6 +100,8 @@ void Team::reset() {
     s.runner.store(nullptr, std::memory_order_relaxed);
     s.signature.store(0, std::memory_order_relaxed);
     for (auto& signature : s.staged_signature) signature.store(0, std::memory_order_relaxed);
+    // A copy describes a started collective of this call only (check_agreement).
+    for (auto& valid : s.staged_desc_valid) valid.store(false, std::memory_order_relaxed);
     s.departed = {};  // the time between calls is not a phase (phase_length is kept)
     s.final_phase = 0;
     s.awaits = -1;

@@ -514,3 +514,31 @@ TEST_P(Pending, StartedInsideShardMapOverTwoAxes) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(PendingAcrossCalls, E14InALaterCallNamesWhatThePeerCallsNotAnOlderStartedOne) {
+  // A staged copy that described a started collective of an earlier call of the same team
+  // does not describe the peer's collective of this call (Team::reset).
+  pmap::Runtime rt({.num_devices = 2, .num_threads = 1});
+  int call = 0;
+  auto f = pmap::pmap(
+      [&call](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        if (call == 0) return ctx.psum_start(x, "i").wait();
+        if (ctx.axis_index() == 1) return ctx.pmax(x, "i");  // staged
+        F1 large(kLarge);
+        large.setConstant(1.f);
+        const F1 r = ctx.pmin(large, "i");  // in place
+        return F1(r.slice(std::array<Index, 1>{0}, std::array<Index, 1>{x.size()}));
+      },
+      on_axis(rt));
+  F2 x = make<F2>(11, 2, kSmall);
+  (void)f(x);
+  call = 1;
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("pmin over axis i on float32[65536]"), std::string::npos) << message;
+  EXPECT_NE(message.find("pmax over axis i on float32[5]"), std::string::npos) << message;
+}
+
+}  // namespace
