@@ -220,7 +220,7 @@ void complete(Member& me, const PostedGroup& posted, std::size_t bytes, PeerWork
   const std::uint64_t target = posted.base + 1;
   std::exception_ptr failure;
   try {
-    team.await_arrival(me.index, posted.members, target);
+    team.await_barrier(me.index, posted.members, target);
     team.check_agreement(me.index, posted.members, target, posted.copy);
     PeerSet peers(nullptr, team, posted.members, posted.position, Path::staged, posted.copy,
                   bytes);
@@ -231,7 +231,7 @@ void complete(Member& me, const PostedGroup& posted, std::size_t bytes, PeerWork
     failure = std::current_exception();
   }
   // As Meeting::run: drained outside the handler (a drain may suspend).
-  team.drain(me.index, posted.members, target, target, true);
+  team.drain(me.index, posted.members, target, target);
   std::rethrow_exception(failure);
 }
 

@@ -195,6 +195,12 @@ class Team {
   /// device that polls for a peer (Pending::ready) gives its thread to the peer.
   void yield(int me);
   void await_arrival(int me, std::span<const int> members, std::uint64_t target);
+  /// The wait of a barrier that `me` arrived at earlier (arrive_at_barrier): as
+  /// arrive_and_wait's, suspended until the arrival that completes it, not woken by each.
+  void await_barrier(int me, std::span<const int> members, std::uint64_t target) {
+    if (reached(members, target, me)) return;
+    wait_for(me, members, target, false, false);
+  }
   /// Waits, without arriving anywhere, until each of `readers` reached `target` or returned
   /// from its kernel: before `me` rewrites a staged copy that a point-to-point collective let
   /// them read (they are done once they arrived at their next collective). Throws as
