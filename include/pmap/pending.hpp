@@ -20,11 +20,15 @@
 /// cancelled as in SPEC 5.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "pmap/collectives.hpp"
 #include "pmap/context.hpp"
@@ -143,8 +147,54 @@ class StartedPermute final
   Posted posted_;
 };
 
-/// A started collective of one tensor or scalar over the whole team (psum, pmean, pmax, pmin,
-/// all_gather, psum_scatter, all_to_all): posted when it starts if it takes the staged path
+/// The leaf of reduction Op over an Eigen Core operand X (SPEC 10): Op's leaf over the
+/// operand's storage seen as a tensor, its result as the operand's plain object type, as the
+/// blocking reduction gives it (core_collective). `Owned`: the operand is the started
+/// collective's own (an rvalue or an expression), moved in; else a Matrix or Array is read
+/// where it is and a Map evaluated, as the blocking call does.
+template <class Op, class X, bool Owned>
+class CoreLeaf {
+  using P = typename X::PlainObject;
+  using View = decltype(core_as_tensor<X>(std::declval<const P&>()));
+
+ public:
+  template <class Source>
+  CoreLeaf(Context& ctx, Source&& x, const Op& op)
+      : plain_(std::forward<Source>(x)), leaf_(ctx, core_as_tensor<X>(plain_), op) {}
+
+  const Collective& describe() const { return leaf_.describe(); }
+  std::size_t bytes() const { return leaf_.bytes(); }
+  template <class Peers>
+  void work(Peers& peers) {
+    leaf_.work(peers);
+  }
+  auto take() { return core_result<X>(plain_, leaf_.take()); }
+
+ private:
+  std::conditional_t<is_core_plain_v<X> && !Owned, const P&, P> plain_;
+  typename Op::template Leaf<View> leaf_;
+};
+
+/// The leaf a started collective Op of operand `Source` (what its Held gives) builds.
+template <class Op, class Source, class X = std::remove_cvref_t<Source>>
+struct leaf_for {
+  using type = typename Op::template Leaf<X>;
+};
+template <class Op, class Source, class X>
+  requires is_core_dense_v<X>
+struct leaf_for<Op, Source, X> {
+  using type = CoreLeaf<Op, X, !std::is_lvalue_reference_v<Source>>;
+};
+
+/// Whether Op's started collective of a Core operand is posted (the reductions: the only
+/// collectives of Core operands but ppermute).
+template <class Op>
+inline constexpr bool posts_core = false;
+template <OpKind K>
+inline constexpr bool posts_core<ReduceOp<K>> = true;
+
+/// A started collective of one tensor, scalar or Core operand (a reduction's) over the whole
+/// team (psum, pmean, pmax, pmin, all_gather, psum_scatter, all_to_all): posted when it starts if it takes the staged path
 /// (rendezvous.hpp: PostedGroup), its leaf (Op::Leaf: result, plan, the operand taken over)
 /// built then, so that its peers meet it while the device computes and its wait() finds
 /// them arrived; otherwise `call`, the blocking collective, runs when it must, as every
@@ -152,8 +202,8 @@ class StartedPermute final
 template <class R, class Held, class Op, class Call>
 class StartedGroup final : public StartedOf<R> {
   using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
-  using T = typename Operand<X>::T;
-  using Leaf = typename Op::template Leaf<X>;
+  using T = typename output_leaf<X>::scalar;
+  using Leaf = typename leaf_for<Op, decltype(std::declval<Held&>().get())>::type;
 
  public:
   StartedGroup(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
@@ -162,7 +212,7 @@ class StartedGroup final : public StartedOf<R> {
   template <class MakeOp>
   void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op) {
     std::size_t bytes = sizeof(T);
-    if constexpr (!Operand<X>::is_scalar) bytes *= static_cast<std::size_t>(held_.peek().size());
+    if constexpr (!is_arithmetic_scalar_v<X>) bytes *= static_cast<std::size_t>(held_.peek().size());
     const Member& me = Access::member(ctx);
     if (!can_post(me, g, bytes)) return;
     const Team& team = *me.team;
@@ -220,15 +270,15 @@ auto start(Context& ctx, const char* name, X&& x, Call call) {
   return enqueue(ctx, name, std::make_unique<StartedWith<R, Held, Call>>(std::move(held), std::move(call)));
 }
 
-/// Starts collective `name` of `ctx` over `axes` and `groups` on operand x: a tensor or
-/// scalar is posted now when its path allows it (StartedGroup; `make_op(g)` gives the leaf's
+/// Starts collective `name` of `ctx` over `axes` and `groups` on operand x: a tensor, a
+/// scalar or a reduction's Core operand is posted now when its path allows it (StartedGroup; `make_op(g)` gives the leaf's
 /// parameters over group g), anything else queued as start() does; `call` is the blocking
 /// collective. `equal_sizes`: the collective needs groups of equal size.
 template <class Op, class X, class MakeOp, class Call>
 auto start_group(Context& ctx, const char* name, X&& x, const AxisNames& axes,
                  const Groups& groups, bool equal_sizes, const MakeOp& make_op, Call call) {
   using D = std::remove_cvref_t<X>;
-  if constexpr (is_operand_tree_v<D> || is_core_dense_v<D>) {
+  if constexpr (is_operand_tree_v<D> || (is_core_dense_v<D> && !posts_core<Op>)) {
     return start(ctx, name, std::forward<X>(x), std::move(call));
   } else {
     auto held = hold(std::forward<X>(x));
