@@ -245,7 +245,8 @@ TEST_P(Pending, GroupCollectivesInFlightThatDifferGetE14NamingBoth) {
         const F1 x = pmap::eval(v);
         auto a = ctx.psum_start(x, "i");
         const Index len = ctx.axis_index() == 0 ? 2 : 3;
-        auto b = ctx.pmax_start(F1(x.slice(std::array<Index, 1>{0}, std::array<Index, 1>{len})), "i");
+        auto b = ctx.pmax_start(F1(x.slice(std::array<Index, 1>{0}, std::array<Index, 1>{len})),
+                                "i");
         auto c = ctx.all_gather_start(x, "i");
         F1 out = a.wait();
         (void)b.wait();

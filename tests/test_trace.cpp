@@ -394,7 +394,9 @@ TEST(Trace, GroupCollectivesInFlightCostOneSuspension) {
         F1 out = pmap::eval(s + g.chip(0, 0) + 3.f * g.chip(1, 0));
         return out;
       },
-      [](const F2& x, Index k) { return (x(0, k) + x(1, k)) + 2.f * x(0, k) + 3.f * (2.f * x(1, k)); });
+      [](const F2& x, Index k) {
+        return (x(0, k) + x(1, k)) + 2.f * x(0, k) + 3.f * (2.f * x(1, k));
+      });
 }
 
 TEST(Trace, ReductionsOfCoreOperandsInFlightCostOneSuspension) {

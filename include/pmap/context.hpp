@@ -39,7 +39,7 @@ class Started {
   /// Runs the blocking collective on the held operand and keeps its result (a posted one:
   /// completes it).
   virtual void run(Context& ctx) = 0;
-  /// Posted: run() would not wait (its source arrived).
+  /// Posted: run() would not wait (its source, or every member of its group, arrived).
   virtual bool arrived(const Context&) const { return false; }
   /// The kernel is unwinding past the Pending that owns this collective.
   bool unwinding() const { return std::uncaught_exceptions() > uncaught_at_start; }

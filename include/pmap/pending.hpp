@@ -194,11 +194,11 @@ template <OpKind K>
 inline constexpr bool posts_core<ReduceOp<K>> = true;
 
 /// A started collective of one tensor, scalar or Core operand (a reduction's) over the whole
-/// team (psum, pmean, pmax, pmin, all_gather, psum_scatter, all_to_all): posted when it starts if it takes the staged path
-/// (rendezvous.hpp: PostedGroup), its leaf (Op::Leaf: result, plan, the operand taken over)
-/// built then, so that its peers meet it while the device computes and its wait() finds
-/// them arrived; otherwise `call`, the blocking collective, runs when it must, as every
-/// other started collective does.
+/// team (psum, pmean, pmax, pmin, all_gather, psum_scatter, all_to_all): posted when it
+/// starts if it takes the staged path (rendezvous.hpp: PostedGroup), its leaf (Op::Leaf:
+/// result, plan, the operand taken over) built then, so that its peers meet it while the
+/// device computes and its wait() finds them arrived; otherwise `call`, the blocking
+/// collective, runs when it must, as every other started collective does.
 template <class R, class Held, class Op, class Call>
 class StartedGroup final : public StartedOf<R> {
   using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
@@ -212,7 +212,8 @@ class StartedGroup final : public StartedOf<R> {
   template <class MakeOp>
   void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op) {
     std::size_t bytes = sizeof(T);
-    if constexpr (!is_arithmetic_scalar_v<X>) bytes *= static_cast<std::size_t>(held_.peek().size());
+    if constexpr (!is_arithmetic_scalar_v<X>)
+      bytes *= static_cast<std::size_t>(held_.peek().size());
     const Member& me = Access::member(ctx);
     if (!can_post(me, g, bytes)) return;
     const Team& team = *me.team;
@@ -271,9 +272,10 @@ auto start(Context& ctx, const char* name, X&& x, Call call) {
 }
 
 /// Starts collective `name` of `ctx` over `axes` and `groups` on operand x: a tensor, a
-/// scalar or a reduction's Core operand is posted now when its path allows it (StartedGroup; `make_op(g)` gives the leaf's
-/// parameters over group g), anything else queued as start() does; `call` is the blocking
-/// collective. `equal_sizes`: the collective needs groups of equal size.
+/// scalar or a reduction's Core operand is posted now when its path allows it (StartedGroup;
+/// `make_op(g)` gives the leaf's parameters over group g), anything else queued as start()
+/// does; `call` is the blocking collective. `equal_sizes`: the collective needs groups of
+/// equal size.
 template <class Op, class X, class MakeOp, class Call>
 auto start_group(Context& ctx, const char* name, X&& x, const AxisNames& axes,
                  const Groups& groups, bool equal_sizes, const MakeOp& make_op, Call call) {
@@ -286,7 +288,9 @@ auto start_group(Context& ctx, const char* name, X&& x, const AxisNames& axes,
     using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
     auto op = std::make_unique<StartedGroup<R, Held, Op, Call>>(std::move(held), std::move(call));
     Access::make_room(ctx);
-    Access::posting(ctx, [&] { op->post(ctx, Access::group(ctx, axes, groups, equal_sizes, name), make_op); });
+    Access::posting(ctx, [&] {
+      op->post(ctx, Access::group(ctx, axes, groups, equal_sizes, name), make_op);
+    });
     return enqueue(ctx, name, std::move(op));
   }
 }
@@ -351,7 +355,7 @@ class Pending {
   }
 
   /// True when wait() would return without waiting for a peer. Makes progress: a posted
-  /// collective whose peer arrived completes now, and collectives that were not posted run
+  /// collective whose peers arrived completes now, and collectives that were not posted run
   /// now (they complete when their peers arrive), so a loop that polls ready() between
   /// pieces of work always ends.
   bool ready() const {
@@ -384,7 +388,9 @@ auto Context::psum_start(X&& x, AxisNames axes, const Groups& groups) {
   return detail::start_group<Op>(
       *this, "psum", std::forward<X>(x), axes, groups, false,
       [](const detail::GroupInfo& g) { return Op{&g, "psum"}; },
-      [axes, groups](Context& c, auto&& v) { return c.psum(std::forward<decltype(v)>(v), axes, groups); });
+      [axes, groups](Context& c, auto&& v) {
+        return c.psum(std::forward<decltype(v)>(v), axes, groups);
+      });
 }
 
 template <class X>
@@ -393,7 +399,9 @@ auto Context::pmean_start(X&& x, AxisNames axes, const Groups& groups) {
   return detail::start_group<Op>(
       *this, "pmean", std::forward<X>(x), axes, groups, false,
       [](const detail::GroupInfo& g) { return Op{&g, "pmean"}; },
-      [axes, groups](Context& c, auto&& v) { return c.pmean(std::forward<decltype(v)>(v), axes, groups); });
+      [axes, groups](Context& c, auto&& v) {
+        return c.pmean(std::forward<decltype(v)>(v), axes, groups);
+      });
 }
 
 template <class X>
@@ -402,7 +410,9 @@ auto Context::pmax_start(X&& x, AxisNames axes, const Groups& groups) {
   return detail::start_group<Op>(
       *this, "pmax", std::forward<X>(x), axes, groups, false,
       [](const detail::GroupInfo& g) { return Op{&g, "pmax"}; },
-      [axes, groups](Context& c, auto&& v) { return c.pmax(std::forward<decltype(v)>(v), axes, groups); });
+      [axes, groups](Context& c, auto&& v) {
+        return c.pmax(std::forward<decltype(v)>(v), axes, groups);
+      });
 }
 
 template <class X>
@@ -411,7 +421,9 @@ auto Context::pmin_start(X&& x, AxisNames axes, const Groups& groups) {
   return detail::start_group<Op>(
       *this, "pmin", std::forward<X>(x), axes, groups, false,
       [](const detail::GroupInfo& g) { return Op{&g, "pmin"}; },
-      [axes, groups](Context& c, auto&& v) { return c.pmin(std::forward<decltype(v)>(v), axes, groups); });
+      [axes, groups](Context& c, auto&& v) {
+        return c.pmin(std::forward<decltype(v)>(v), axes, groups);
+      });
 }
 
 template <class X>

@@ -250,7 +250,8 @@ class ReductionLeaf : public Described {
                      streams_into(result_),
                      ResultKey{team.serial(), Access::member(ctx).phase, g.members.front(),
                                static_cast<std::size_t>(size_) * sizeof(Acc)}};
-    described_ = detail::describe<T>(op.name, K, op_.shape(), {acc_bytes}, op_.data(), out, split ? 2 : 1);
+    described_ = detail::describe<T>(op.name, K, op_.shape(), {acc_bytes}, op_.data(), out,
+                                     split ? 2 : 1);
   }
 
   void work(Peers<T>& peers) { reduce_peers<K, Acc, T>(peers, result_.data(), size_, way_); }
@@ -276,7 +277,8 @@ auto reduce(Context& ctx, Source&& x, const AxisNames& axes, const Groups& group
   using T = typename Operand<X>::T;
   if constexpr (mpi_dtype<Acc>() != mpi::DType::none) {
     const Team& team = *Access::member(ctx).team;
-    if (team.distributed() && groups.empty() && g.members.size() == static_cast<std::size_t>(team.size())) {
+    const bool whole_team = g.members.size() == static_cast<std::size_t>(team.size());
+    if (team.distributed() && groups.empty() && whole_team) {
       Operand<X> op(std::forward<Source>(x));
       constexpr int R = Operand<X>::rank;
       constexpr int L = Operand<X>::layout;
