@@ -77,7 +77,8 @@ int stage(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t sig
 }
 
 /// The staged path of rendezvous() over the whole group: the input copied into the slot, one
-/// barrier, the work over the peers' copies.
+/// barrier, the work over the peers' copies. A started one (rendezvous.hpp: PostedGroup) is
+/// the same with the barrier's arrival and its wait apart (post_group, complete).
 void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
                  const OpDescRef& desc, const PeerWork& work) {
   std::uint64_t base = 0;
@@ -198,21 +199,13 @@ PostedGroup post_group(Member& me, const GroupInfo& g, const Collective& c,
   std::uint64_t base = 0;
   const int copy = stage(me, g, c, c.signature ^ g.signature,
                          OpDescRef{c.name, c.dtype, c.shape}, base, true);
-  me.phase = base + kPhasesPerCollective;
-  me.team->arrive_at_barrier(me.index, members, base + 1);
-  return PostedGroup{base, copy, members, g.position};
+  me.phase = base + kPhasesPerCollective;  // as Meeting does
+  const bool complete = me.team->arrive_at_barrier(me.index, members, base + 1);
+  return PostedGroup{base, copy, members, g.position, complete};
 }
 
 bool arrived(const Member& me, const PostedGroup& posted) {
-  const Team& team = *me.team;
-  if (team.cancelled()) return true;
-  for (int m : posted.members) {
-    const Slot& s = team.slot(m);
-    if (s.phase.load(std::memory_order_acquire) <= posted.base &&
-        !s.finished.load(std::memory_order_acquire))
-      return false;
-  }
-  return true;
+  return me.team->cancelled() || me.team->drained(posted.members, posted.base + 1);
 }
 
 void complete(Member& me, const PostedGroup& posted, std::size_t bytes, PeerWork work) {
@@ -220,7 +213,7 @@ void complete(Member& me, const PostedGroup& posted, std::size_t bytes, PeerWork
   const std::uint64_t target = posted.base + 1;
   std::exception_ptr failure;
   try {
-    team.await_barrier(me.index, posted.members, target);
+    team.await_barrier(me.index, posted.members, target, posted.complete);
     team.check_agreement(me.index, posted.members, target, posted.copy);
     PeerSet peers(nullptr, team, posted.members, posted.position, Path::staged, posted.copy,
                   bytes);

@@ -162,7 +162,7 @@ class CoreLeaf {
   CoreLeaf(Context& ctx, Source&& x, const Op& op)
       : plain_(std::forward<Source>(x)), leaf_(ctx, core_as_tensor<X>(plain_), op) {}
 
-  const Collective& describe() const { return leaf_.describe(); }
+  decltype(auto) describe() { return leaf_.describe(); }
   std::size_t bytes() const { return leaf_.bytes(); }
   template <class Peers>
   void work(Peers& peers) {

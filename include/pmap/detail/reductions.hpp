@@ -226,7 +226,7 @@ struct ReduceOp {
 /// reads, then copies the peers' chunks after the next barrier): no allocation, no page
 /// faults, which at hundreds of MiB cost more than the reduction itself.
 template <OpKind K, class Acc, class X>
-class ReductionLeaf : public Described {
+class ReductionLeaf {
   using T = typename Operand<X>::T;
   static constexpr int R = Operand<X>::rank;
   static constexpr int L = Operand<X>::layout;
@@ -234,26 +234,30 @@ class ReductionLeaf : public Described {
  public:
   template <class Source>
   ReductionLeaf(Context& ctx, Source&& x, const ReduceOp<K>& op)
-      : ctx_(ctx), op_(std::forward<Source>(x)), size_(op_.shape().size()) {
+      : ctx_(ctx), op_(std::forward<Source>(x)), name_(op.name), size_(op_.shape().size()) {
     const GroupInfo& g = *op.g;
     const Team& team = *Access::member(ctx).team;
     const int n = static_cast<int>(g.members.size());
-    constexpr std::int64_t acc_bytes = sizeof(Acc);
-    const bool split = !team.distributed() && n > 1 && size_ * acc_bytes >= kSplitReductionBytes;
+    const bool split = !team.distributed() && n > 1 && size_ * kAccBytes >= kSplitReductionBytes;
     if constexpr (std::is_same_v<Acc, T> && !Operand<X>::is_scalar) {
       if (split && op_.owns_storage()) result_ = op_.take();  // op_.data() stays valid: same buffer
     }
     if (result_.data() == nullptr) result_ = make_result<Acc, R, L>(ctx, op_.shape());
-    Acc* out = result_.data();
-    in_place_ = static_cast<const void*>(out) == static_cast<const void*>(op_.data());
+    in_place_ = static_cast<const void*>(result_.data()) == static_cast<const void*>(op_.data());
     way_ = ReduceWay{split, !split && n > 1 && size_ > 0 && team.shares_threads(), in_place_,
                      streams_into(result_),
                      ResultKey{team.serial(), Access::member(ctx).phase, g.members.front(),
                                static_cast<std::size_t>(size_) * sizeof(Acc)}};
-    described_ = detail::describe<T>(op.name, K, op_.shape(), {acc_bytes}, op_.data(), out,
-                                     split ? 2 : 1);
   }
+  ReductionLeaf(const ReductionLeaf&) = delete;
+  ReductionLeaf& operator=(const ReductionLeaf&) = delete;
 
+  /// The collective, built where the caller keeps it (a Collective is ~200 bytes).
+  Collective describe() {
+    return detail::describe<T>(name_, K, op_.shape(), {kAccBytes}, op_.data(), result_.data(),
+                               way_.split ? 2 : 1);
+  }
+  std::size_t bytes() const { return static_cast<std::size_t>(size_) * sizeof(T); }
   void work(Peers<T>& peers) { reduce_peers<K, Acc, T>(peers, result_.data(), size_, way_); }
   auto take() {
     if (!in_place_) recycle(ctx_, op_);
@@ -261,8 +265,10 @@ class ReductionLeaf : public Described {
   }
 
  private:
+  static constexpr std::int64_t kAccBytes = sizeof(Acc);
   Context& ctx_;
   Operand<X> op_;
+  const char* name_;
   std::int64_t size_;
   Eigen::Tensor<Acc, R, L> result_;
   bool in_place_ = false;

@@ -300,12 +300,14 @@ const void* complete(Member& me, const Posted& posted, std::size_t bytes);
 /// barrier published, without waiting there, so that its peers need not wait for this
 /// device to reach its wait(); completed: the device waited until every member arrived,
 /// checked that they posted the same collective (E14) and ran the work over their copies. The
-/// blocking collective is both halves at once (meet_staged), with the same barrier and copies.
+/// blocking collective is both halves at once (the staged path of meet_peers), with the same
+/// copies, checks and work and one arrive_and_wait for the barrier.
 struct PostedGroup {
   std::uint64_t base = 0;        ///< the device's phases before it
   int copy = 0;                  ///< its staged copy, and every member's
   std::span<const int> members;  ///< the group in group order (kept by the caller)
   int position = 0;              ///< this device's position in it
+  bool complete = false;         ///< its arrival completed the barrier: no member to wait for
 };
 /// The first half of staged collective `c` (can_post, over the whole team) of `me` over `g`,
 /// whose members in group order are `members`: the same as g.members, kept by the caller

@@ -184,22 +184,27 @@ class Team {
     s.phase.fetch_add(0, std::memory_order_seq_cst);
     announce(me);
   }
-  /// arrive() at a barrier of `members` that `me` does not wait in (a staged collective
-  /// over the whole group, started now and completed later: rendezvous.hpp: PostedGroup):
-  /// the arrival that completes it wakes its suspended members, as arrive_and_wait's does.
-  void arrive_at_barrier(int me, std::span<const int> members, std::uint64_t target) {
+  /// Every member arrived at `target` or returned from its kernel (Team::drain).
+  bool drained(std::span<const int> members, std::uint64_t target) const;
+  /// arrive() at a barrier of `members` that `me` does not wait in yet (a staged collective
+  /// over the whole group: rendezvous.hpp: PostedGroup): the arrival that completes it wakes
+  /// its suspended members, as arrive_and_wait's does. Returns whether it completed it.
+  bool arrive_at_barrier(int me, std::span<const int> members, std::uint64_t target) {
     arrive(me, target);
-    if (drained(members, target) && sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+    for (int m : members)
+      if (slot(m).phase.load(std::memory_order_acquire) < target) return false;
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) wake(members);
+    return true;
   }
   /// Lets the other devices of `me`'s thread run once (on a fiber), or other threads: a
   /// device that polls for a peer (Pending::ready) gives its thread to the peer.
   void yield(int me);
   void await_arrival(int me, std::span<const int> members, std::uint64_t target);
-  /// The wait of a barrier that `me` arrived at earlier (arrive_at_barrier): as
-  /// arrive_and_wait's, suspended until the arrival that completes it, not woken by each.
-  void await_barrier(int me, std::span<const int> members, std::uint64_t target) {
-    if (reached(members, target, me)) return;
-    wait_for(me, members, target, false, false);
+  /// The wait of a barrier that `me` arrived at earlier (arrive_at_barrier, which said
+  /// whether it was `complete` then): as arrive_and_wait's, suspended until the arrival that
+  /// completes it, not woken by each.
+  void await_barrier(int me, std::span<const int> members, std::uint64_t target, bool complete) {
+    wait_for(me, members, target, false, complete || reached(members, target, me));
   }
   /// Waits, without arriving anywhere, until each of `readers` reached `target` or returned
   /// from its kernel: before `me` rewrites a staged copy that a point-to-point collective let
@@ -278,8 +283,6 @@ class Team {
   /// reached `target` (`complete`: they had when `me` arrived).
   void wait_for(int me, std::span<const int> members, std::uint64_t target, bool point_to_point,
                 bool complete);
-  /// Every member arrived at `target` or returned from its kernel (Team::drain).
-  bool drained(std::span<const int> members, std::uint64_t target) const;
   /// The members short of `target`: all running (or about to start) on other threads than
   /// the caller's; some resumed and waiting for a thread, the others running elsewhere; or
   /// some suspended or queued on the caller's thread.
