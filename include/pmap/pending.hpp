@@ -88,6 +88,17 @@ auto hold(X&& x) {
   }
 }
 
+/// The bytes of operand x (a tensor, TensorMap, scalar or Core object): what a posted
+/// collective stages of it.
+template <class X>
+std::size_t operand_bytes(const X& x) {
+  constexpr std::size_t scalar = sizeof(typename output_leaf<X>::scalar);
+  if constexpr (is_arithmetic_scalar_v<X>)
+    return scalar;
+  else
+    return scalar * static_cast<std::size_t>(x.size());
+}
+
 /// A started ppermute of one tensor or scalar: posted when it starts if its path allows it
 /// (rendezvous.hpp: Posted: staged, point to point), so that it travels while the device
 /// computes and its wait() finds it arrived; otherwise the blocking ppermute runs when it
@@ -111,9 +122,7 @@ class StartedPermute final
   /// takes, for run().
   void post(Context& ctx, AxisNames&& axes, const std::vector<std::pair<int, int>>& perm) {
     const PermuteOp op = ppermute_op(ctx, axes, perm);
-    std::size_t bytes = sizeof(T);
-    if constexpr (!Operand<X>::is_scalar) bytes *= static_cast<std::size_t>(held_.get().size());
-    if (!can_post(Access::member(ctx), *op.g, bytes)) {
+    if (!can_post(Access::member(ctx), *op.g, operand_bytes(held_.peek()))) {
       axes_ = std::move(axes);
       perm_ = perm;
       return;
@@ -211,11 +220,8 @@ class StartedGroup final : public StartedOf<R> {
   /// Posts it over group `g` when it can; `make_op(g)` gives its parameters.
   template <class MakeOp>
   void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op) {
-    std::size_t bytes = sizeof(T);
-    if constexpr (!is_arithmetic_scalar_v<X>)
-      bytes *= static_cast<std::size_t>(held_.peek().size());
     const Member& me = Access::member(ctx);
-    if (!can_post(me, g, bytes)) return;
+    if (!can_post(me, g, operand_bytes(held_.peek()))) return;
     const Team& team = *me.team;
     std::span<const int> members = team.local_members();  // the team in its own order
     if (!std::equal(g.members.begin(), g.members.end(), members.begin(), members.end())) {
