@@ -156,34 +156,6 @@ class StartedPermute final
   Posted posted_;
 };
 
-/// The leaf of reduction Op over an Eigen Core operand X (SPEC 10): Op's leaf over the
-/// operand's storage seen as a tensor, its result as the operand's plain object type, as the
-/// blocking reduction gives it (core_collective). `Owned`: the operand is the started
-/// collective's own (an rvalue or an expression), moved in; else a Matrix or Array is read
-/// where it is and a Map evaluated, as the blocking call does.
-template <class Op, class X, bool Owned>
-class CoreLeaf {
-  using P = typename X::PlainObject;
-  using View = decltype(core_as_tensor<X>(std::declval<const P&>()));
-
- public:
-  template <class Source>
-  CoreLeaf(Context& ctx, Source&& x, const Op& op)
-      : plain_(std::forward<Source>(x)), leaf_(ctx, core_as_tensor<X>(plain_), op) {}
-
-  decltype(auto) describe() { return leaf_.describe(); }
-  std::size_t bytes() const { return leaf_.bytes(); }
-  template <class Peers>
-  void work(Peers& peers) {
-    leaf_.work(peers);
-  }
-  auto take() { return core_result<X>(plain_, leaf_.take()); }
-
- private:
-  std::conditional_t<is_core_plain_v<X> && !Owned, const P&, P> plain_;
-  typename Op::template Leaf<View> leaf_;
-};
-
 /// The leaf a started collective Op of operand `Source` (what its Held gives) builds.
 template <class Op, class Source, class X = std::remove_cvref_t<Source>>
 struct leaf_for {

@@ -110,6 +110,36 @@ struct ReduceTree {
   using Leaf = ReduceLeaf<K, X>;
 };
 
+/// The leaf of collective Op over an Eigen Core operand X (SPEC 10), alone (a started
+/// reduction's) or in a tree (TreeNode): Op's leaf over the operand's storage seen as a
+/// tensor, its result the operand's plain object type, as core_collective gives it.
+/// `Owned`: the operand is the collective's own (a started one's rvalue or expression),
+/// moved in; else a Matrix or Array is read where it is and a Map or expression evaluated,
+/// as the blocking call does.
+template <class Op, class X, bool Owned>
+class CoreLeaf {
+  using P = typename X::PlainObject;
+  using View = decltype(core_as_tensor<X>(std::declval<const P&>()));
+
+ public:
+  template <class Source>
+  CoreLeaf(Context& ctx, Source&& x, const Op& op)
+      : plain_(std::forward<Source>(x)), leaf_(ctx, core_as_tensor<X>(plain_), op) {}
+
+  decltype(auto) describe() { return leaf_.describe(); }
+  auto& leaf() { return leaf_; }
+  std::size_t bytes() const { return leaf_.bytes(); }
+  template <class Peers>
+  void work(Peers& peers) {
+    leaf_.work(peers);
+  }
+  auto take() { return core_result<X>(plain_, leaf_.take()); }
+
+ private:
+  std::conditional_t<is_core_plain_v<X> && !Owned, const P&, P> plain_;
+  typename Op::template Leaf<View> leaf_;
+};
+
 template <class Op, class X>
 using LeafOf = typename Op::template Leaf<X>;
 
@@ -149,24 +179,20 @@ class TreeNode {
   LeafOf<Op, X> leaf_;
 };
 
-/// A Core leaf (Matrix, Array, Map, expression): its storage seen as a tensor.
+/// A Core leaf (Matrix, Array, Map, expression): its storage seen as a tensor (CoreLeaf).
 template <class Op, class X>
 class TreeNode<Op, X, std::enable_if_t<is_core_dense_v<X>>> {
-  using P = typename X::PlainObject;
-  using View = decltype(core_as_tensor<X>(std::declval<const P&>()));
-
  public:
-  TreeNode(Context& ctx, const X& x, const Op& op) : plain_(x), inner_(ctx, core_as_tensor<X>(plain_), op) {}
+  TreeNode(Context& ctx, const X& x, const Op& op) : core_(ctx, x, op) {}
   template <class Source>
   TreeNode(NodeInit<Op, Source> init) : TreeNode(init.ctx, *init.x, init.op) {}
 
   template <class Fn>
-  void each(Fn&& fn) { inner_.each(fn); }
-  auto take() { return core_result<X>(plain_, inner_.take()); }
+  void each(Fn&& fn) { fn(core_.leaf()); }
+  auto take() { return core_.take(); }
 
  private:
-  std::conditional_t<is_core_plain_v<X>, const P&, P> plain_;  ///< evaluated unless plain
-  TreeNode<Op, View> inner_;
+  CoreLeaf<Op, X, false> core_;
 };
 
 template <class Op, class... Xs>
