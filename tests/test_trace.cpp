@@ -393,6 +393,25 @@ TEST(Trace, ReductionsOfCoreOperandsInFlightCostOneSuspension) {
       });
 }
 
+TEST(Trace, TreeCollectivesInFlightCostOneSuspension) {
+  // The same for trees whose leaves pack into one staged copy: a pmean of a tuple (one leaf
+  // donated) and an all_gather of an array of two leaves, both posted when they start.
+  expect_one_suspension_per_call(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        auto mean = ctx.pmean_start(std::make_tuple(x, F1(pmap::eval(x * 2.f))), "i");
+        auto gathered = ctx.all_gather_start(std::array<F1, 2>{x, pmap::eval(x + 1.f)}, "i");
+        const auto [m, m2] = mean.wait();
+        const auto g = gathered.wait();
+        F1 out = pmap::eval(m + m2 + g[0].chip(1, 0) + 3.f * g[1].chip(0, 0));
+        return out;
+      },
+      [](const F2& x, Index, Index k) {
+        const float mean = (x(0, k) + x(1, k)) / 2.f;
+        return mean + (2.f * x(0, k) + 2.f * x(1, k)) / 2.f + x(1, k) + 3.f * (x(0, k) + 1.f);
+      });
+}
+
 TEST(Trace, NestedCallsInsideTheOuterKernel) {
   pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
   pmap::Runtime& runtime = rt;

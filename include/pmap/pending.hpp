@@ -231,6 +231,85 @@ class StartedGroup final : public StartedOf<R> {
   PostedGroup posted_;
 };
 
+/// The collective of a tree's leaves that a started collective Op (one operand's) is, as the
+/// blocking tree collective builds it (trees.hpp): a reduction's leaves reduce as ReduceTree,
+/// the data movers' are Op's own. `donates`: the blocking call hands the leaves an rvalue
+/// tree (reductions, all_to_all), whose owned tensors they take over.
+template <class Op>
+struct tree_op {
+  static Op make(const Op& op) { return op; }
+  static constexpr bool donates = false;
+};
+template <OpKind K>
+struct tree_op<ReduceOp<K>> {
+  static ReduceTree<K> make(const ReduceOp<K>&) { return {}; }
+  static constexpr bool donates = true;
+};
+template <bool Tiled>
+struct tree_op<AllToAllOp<Tiled>> {
+  static AllToAllOp<Tiled> make(const AllToAllOp<Tiled>& op) { return op; }
+  static constexpr bool donates = true;
+};
+
+/// A started collective of a tree over the whole team whose leaves pack into one staged copy
+/// (trees.hpp: meet_packed, at most kStagedBytes): posted when it starts, as StartedGroup
+/// posts one operand, its nodes (results, the operands taken over) built then. Otherwise
+/// `call`, the blocking collective, runs when it must.
+template <class R, class Held, class Op, class Call>
+class StartedTree final : public StartedOf<R> {
+  using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
+  using TreeOp = decltype(tree_op<Op>::make(std::declval<const Op&>()));
+
+ public:
+  StartedTree(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
+
+  /// Posts collective `name` over group `g` when it can; `make_op(g)` gives its parameters.
+  template <class MakeOp>
+  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op, const char* name) {
+    Member& me = Access::member(ctx);
+    if (!can_post(me, g, tree_packed_bytes(held_.peek()))) return;
+    std::span<const int> members = me.team->local_members();  // as StartedGroup keeps them
+    if (!std::equal(g.members.begin(), g.members.end(), members.begin(), members.end())) {
+      kept_members_ = g.members;
+      members = kept_members_;
+    }
+    op_.emplace(tree_op<Op>::make(make_op(g)));
+    if constexpr (tree_op<Op>::donates)
+      tree_.emplace(ctx, held_.get(), *op_);
+    else
+      tree_.emplace(ctx, held_.peek(), *op_);
+    int leaves = 0;
+    Collective c = describe_tree(*tree_, name, me.team->slot(me.index), leaves, bytes_);
+    alignas(64) unsigned char packed[kStagedBytes];
+    pack_leaves(*tree_, packed);
+    c.bytes = bytes_;
+    c.in = packed;
+    posted_ = post_group(me, g, c, members);
+    this->posted = true;
+  }
+  void run(Context& ctx) override {
+    if (!this->posted) {
+      this->result.emplace(call_(ctx, held_.get()));
+      return;
+    }
+    complete_typed<unsigned char>(ctx, posted_, bytes_,
+                                  [this](Peers<unsigned char>& peers) { work_packed(*tree_, peers); });
+    this->result.emplace(tree_->take());
+  }
+  bool arrived(const Context& ctx) const override {
+    return this->posted && detail::arrived(Access::member(ctx), posted_);
+  }
+
+ private:
+  Held held_;
+  Call call_;
+  std::optional<TreeOp> op_;
+  std::optional<TreeNode<TreeOp, X>> tree_;
+  std::size_t bytes_ = 0;
+  std::vector<int> kept_members_;
+  PostedGroup posted_;
+};
+
 /// Queues `op`, collective `name` just started (or posted) on `ctx`, and returns its Pending.
 template <class Op>
 auto enqueue(Context& ctx, const char* name, std::unique_ptr<Op> op) {
@@ -250,16 +329,26 @@ auto start(Context& ctx, const char* name, X&& x, Call call) {
 }
 
 /// Starts collective `name` of `ctx` over `axes` and `groups` on operand x: a tensor, a
-/// scalar or a reduction's Core operand is posted now when its path allows it (StartedGroup;
-/// `make_op(g)` gives the leaf's parameters over group g), anything else queued as start()
-/// does; `call` is the blocking collective. `equal_sizes`: the collective needs groups of
-/// equal size.
+/// scalar, a reduction's Core operand or a tree is posted now when its path allows it
+/// (StartedGroup, StartedTree; `make_op(g)` gives the leaf's parameters over group g), a
+/// data mover's Core operand queued as start() does; `call` is the blocking collective.
+/// `equal_sizes`: the collective needs groups of equal size.
 template <class Op, class X, class MakeOp, class Call>
 auto start_group(Context& ctx, const char* name, X&& x, const AxisNames& axes,
                  const Groups& groups, bool equal_sizes, const MakeOp& make_op, Call call) {
   using D = std::remove_cvref_t<X>;
-  if constexpr (is_operand_tree_v<D> || (is_core_dense_v<D> && !posts_core<Op>)) {
+  if constexpr (is_core_dense_v<D> && !posts_core<Op>) {
     return start(ctx, name, std::forward<X>(x), std::move(call));
+  } else if constexpr (is_operand_tree_v<D>) {
+    auto held = hold(std::forward<X>(x));
+    using Held = decltype(held);
+    using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
+    auto op = std::make_unique<StartedTree<R, Held, Op, Call>>(std::move(held), std::move(call));
+    Access::make_room(ctx);
+    Access::posting(ctx, [&] {
+      op->post(ctx, Access::group(ctx, axes, groups, equal_sizes, name), make_op, name);
+    });
+    return enqueue(ctx, name, std::move(op));
   } else {
     auto held = hold(std::forward<X>(x));
     using Held = decltype(held);

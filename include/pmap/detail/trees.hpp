@@ -312,6 +312,47 @@ Collective describe_tree(Tree& tree, const char* name, Slot& slot, int& leaves, 
                     described, 0, nullptr, nullptr, 1};
 }
 
+/// The packed bytes of a tree operand: what describe_tree() counts once its nodes are built
+/// (each leaf's input, aligned as pack_leaves() places it).
+template <class X>
+std::size_t tree_packed_bytes(const X& x) {
+  if constexpr (is_operand_tree_v<X>) {
+    std::size_t total = 0;
+    if constexpr (requires { typename X::value_type; })
+      for (const auto& elem : x) total += tree_packed_bytes(elem);
+    else
+      std::apply([&total](const auto&... elems) { ((total += tree_packed_bytes(elems)), ...); }, x);
+    return total;
+  } else {
+    constexpr std::size_t scalar = sizeof(typename output_leaf<X>::scalar);
+    if constexpr (is_arithmetic_scalar_v<X>)
+      return packed_size(scalar);
+    else
+      return packed_size(scalar * static_cast<std::size_t>(x.size()));
+  }
+}
+
+/// Copies every leaf's input into `buffer`, leaf j at the same offset on every member.
+template <class Tree>
+void pack_leaves(Tree& tree, unsigned char* buffer) {
+  std::size_t at = 0;
+  tree.each([&](auto& leaf) {
+    if (leaf.bytes() > 0) std::memcpy(buffer + at, leaf.input(), leaf.bytes());
+    at += packed_size(leaf.bytes());
+  });
+}
+
+/// Every leaf's work over the peers' packed copies (pack_leaves).
+template <class Tree, class Peers>
+void work_packed(Tree& tree, Peers& peers) {
+  const int n = peers.size();
+  std::size_t offset = 0;
+  tree.each([&](auto& leaf) {
+    leaf.work(n, [&](int k) { return peers.input(k) + offset; });
+    offset += packed_size(leaf.bytes());
+  });
+}
+
 /// The packed path: every leaf copied into one buffer, which the engine stages (or gathers
 /// across processes) like one input; leaf j of member k is at the same offset of its copy.
 template <class Tree>
@@ -319,21 +360,10 @@ void meet_packed(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, std
   alignas(64) unsigned char local[kStagedBytes];
   std::vector<unsigned char> heap(packed <= kStagedBytes ? 0 : packed);
   unsigned char* buffer = packed <= kStagedBytes ? local : heap.data();
-  std::size_t at = 0;
-  tree.each([&](auto& leaf) {
-    if (leaf.bytes() > 0) std::memcpy(buffer + at, leaf.input(), leaf.bytes());
-    at += packed_size(leaf.bytes());
-  });
+  pack_leaves(tree, buffer);
   c.bytes = packed;
   c.in = buffer;
-  const int n = static_cast<int>(g.members.size());
-  rendezvous<unsigned char>(ctx, g, c, [&](Peers<unsigned char>& peers) {
-    std::size_t offset = 0;
-    tree.each([&](auto& leaf) {
-      leaf.work(n, [&](int k) { return peers.input(k) + offset; });
-      offset += packed_size(leaf.bytes());
-    });
-  });
+  rendezvous<unsigned char>(ctx, g, c, [&](Peers<unsigned char>& peers) { work_packed(tree, peers); });
 }
 
 /// The in-place path: a table of the leaves' buffers, which the peers read directly.
