@@ -15,14 +15,22 @@
 namespace pmap::detail {
 namespace {
 
+/// A tree collective's leaves as a slot describes them (Slot::leaf_signatures, or a staged
+/// copy's, StagedDesc).
+struct Leaves {
+  const char* dtype;
+  int count;
+  const std::uint64_t* signatures;
+};
+
 /// For two tree collectives: where the trees first differ ("; the trees first differ at
 /// leaf 2 (depth first)"), or nothing when that is beyond the leaves the slots describe.
-std::string first_differing_leaf(const Slot& a, const Slot& b) {
-  if (std::strcmp(a.desc.dtype, "tree") != 0 || std::strcmp(b.desc.dtype, "tree") != 0) return {};
-  const int common = std::min({a.leaf_count, b.leaf_count, Slot::kDescribedLeaves});
+std::string first_differing_leaf(const Leaves& a, const Leaves& b) {
+  if (std::strcmp(a.dtype, "tree") != 0 || std::strcmp(b.dtype, "tree") != 0) return {};
+  const int common = std::min({a.count, b.count, Slot::kDescribedLeaves});
   int k = 0;
-  while (k < common && a.leaf_signatures[k] == b.leaf_signatures[k]) ++k;
-  if (k == common && (k == Slot::kDescribedLeaves || a.leaf_count == b.leaf_count)) return {};
+  while (k < common && a.signatures[k] == b.signatures[k]) ++k;
+  if (k == common && (k == Slot::kDescribedLeaves || a.count == b.count)) return {};
   return fmt::format("; the trees first differ at leaf {} (depth first)", k);
 }
 
@@ -53,6 +61,11 @@ void Team::check_agreement(int me, std::span<const int> members, std::uint64_t t
     return by_copy(s) ? describe_op(s.staged_desc[copy].desc, s.staged_desc[copy].axes)
                       : describe_op(s.desc, s.axes);
   };
+  auto leaves = [&](const Slot& s) {
+    if (!by_copy(s)) return Leaves{s.desc.dtype, s.leaf_count, s.leaf_signatures};
+    const Slot::StagedDesc& d = s.staged_desc[copy];
+    return Leaves{d.desc.dtype, d.leaf_count, d.leaf_signatures};
+  };
   const Slot& mine = slot(me);
   const std::uint64_t sig = signature(mine);
   for (int m : members) {
@@ -72,7 +85,8 @@ void Team::check_agreement(int me, std::span<const int> members, std::uint64_t t
                                   "of a group must call the same collectives in the same order "
                                   "with the same shapes{}",
                                   name, device_id(me), described(mine), device_id(m), peer,
-                                  stable ? first_differing_leaf(mine, s) : std::string()));
+                                  stable ? first_differing_leaf(leaves(mine), leaves(s))
+                                         : std::string()));
   }
 }
 

@@ -260,6 +260,30 @@ TEST_P(Pending, GroupCollectivesInFlightThatDifferGetE14NamingBoth) {
   EXPECT_NE(message.find("pmax over axis i on float32[3]"), std::string::npos) << message;
 }
 
+TEST_P(Pending, TreesInFlightThatDifferGetE14NamingTheLeaf) {
+  // Posted trees are compared when they complete: the first of two in flight names the leaf
+  // at which it differs, not the leaves of the tree started after it.
+  if (n() < 2) GTEST_SKIP() << "needs two devices";
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        const Index len = ctx.axis_index() == 0 ? 2 : 3;
+        auto a = ctx.psum_start(
+            std::make_tuple(x, F1(x.slice(std::array<Index, 1>{0}, std::array<Index, 1>{len}))),
+            "i");
+        auto b = ctx.pmax_start(std::array<F1, 4>{x, x, x, x}, "i");
+        F1 out = std::get<0>(a.wait());
+        (void)b.wait();
+        return out;
+      },
+      on_axis(rt()));
+  F2 x = make<F2>(11, n(), kSmall);
+  const std::string message = catch_message<pmap::DeviceError>([&] { (void)f(x); });
+  EXPECT_NE(message.find("psum over axis i on tree[2]"), std::string::npos) << message;
+  EXPECT_NE(message.find("the trees first differ at leaf 1 (depth first)"), std::string::npos)
+      << message;
+}
+
 TEST_P(Pending, APostedPsumMetByABlockingOneAndAGatherIsTheBlockingResult) {
   // A started psum and all_gather (posted) on some devices meet the blocking ones on the
   // others: one barrier, one copy, the same bits.

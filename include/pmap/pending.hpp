@@ -292,8 +292,8 @@ class StartedTree final : public StartedOf<R> {
       this->result.emplace(call_(ctx, held_.get()));
       return;
     }
-    complete_typed<unsigned char>(ctx, posted_, bytes_,
-                                  [this](Peers<unsigned char>& peers) { work_packed(*tree_, peers); });
+    const auto work = [this](Peers<unsigned char>& peers) { work_packed(*tree_, peers); };
+    complete_typed<unsigned char>(ctx, posted_, bytes_, work);
     this->result.emplace(tree_->take());
   }
   bool arrived(const Context& ctx) const override {

@@ -159,6 +159,8 @@ struct alignas(128) Slot {
   struct StagedDesc {
     OpDesc desc;
     char axes[32] = {};
+    int leaf_count = 0;  ///< of a tree, as leaf_count and leaf_signatures
+    std::uint64_t leaf_signatures[kDescribedLeaves] = {};
   };
   StagedDesc staged_desc[kStagedCopies];
   /// The signatures of the collectives that desc and staged_desc describe (written by the
@@ -177,6 +179,10 @@ struct alignas(128) Slot {
     const std::size_t len = std::min(axis_label.size(), sizeof(s.axes) - 1);
     std::memcpy(s.axes, axis_label.data(), len);
     s.axes[len] = '\0';
+    if (std::strcmp(d.dtype, "tree") == 0) {  // describe_tree() wrote the leaves just before
+      s.leaf_count = leaf_count;
+      std::copy_n(leaf_signatures, std::min(leaf_count, kDescribedLeaves), s.leaf_signatures);
+    }
   }
 
   // ---- the owner's --------------------------------------------------------------------------

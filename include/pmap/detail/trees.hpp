@@ -363,7 +363,8 @@ void meet_packed(Context& ctx, const GroupInfo& g, Collective c, Tree& tree, std
   pack_leaves(tree, buffer);
   c.bytes = packed;
   c.in = buffer;
-  rendezvous<unsigned char>(ctx, g, c, [&](Peers<unsigned char>& peers) { work_packed(tree, peers); });
+  rendezvous<unsigned char>(ctx, g, c,
+                            [&](Peers<unsigned char>& peers) { work_packed(tree, peers); });
 }
 
 /// The in-place path: a table of the leaves' buffers, which the peers read directly.
