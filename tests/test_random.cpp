@@ -169,6 +169,7 @@ struct Step {
   pmap::Groups groups;                    ///< over the indices along `over`; {} = whole axis
   std::vector<std::pair<int, int>> perm;  ///< ppermute's (source, destination) along `over`
   bool donate = false;                    ///< reductions: the operand is moved in
+  bool tree = false;  ///< reductions: the operand is the first of two equal leaves of a tuple
   int late = -1;                          ///< a device that arrives late (-1: none)
   Delay delay = Delay::none;              ///< how it is late
   Start start = Start::blocking;          ///< blocking or started (SPEC 11)
@@ -281,6 +282,7 @@ std::string Program::describe() const {
     for (std::size_t j = 0; j < st.lengths.size(); ++j) s << (j ? "," : "") << st.lengths[j];
     s << "}";
     if (st.donate) s << " donated";
+    if (st.tree) s << " as a tree";
     if (st.late >= 0) s << " late=" << st.late << (st.delay == Delay::yield ? " (yields)" : " (sleeps)");
     if (st.start == Start::started) s << " started";
     if (st.start == Start::twice) s << " started twice (the later waited first)";
@@ -501,6 +503,7 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
     if (s > 0 && chance(rng, 0.2)) {
       st = prog.steps.back();
       st.donate = is_reduction(st.kind) && chance(rng, 0.3);
+      st.tree = is_reduction(st.kind) && chance(rng, 0.25);
       lateness(st);
       prog.steps.push_back(std::move(st));
       continue;
@@ -573,6 +576,7 @@ Program generate(std::uint64_t seed, const GenConfig& cfg) {
     // ppermute's teams are the devices that share the other axes: one length each.
     st.lengths = team_lengths(rng, st.teams, multiple, cfg);
     st.donate = is_reduction(st.kind) && chance(rng, 0.3);
+    st.tree = is_reduction(st.kind) && chance(rng, 0.25);
     lateness(st);
     prog.steps.push_back(std::move(st));
   }
@@ -781,7 +785,30 @@ Summary run_device(pmap::Context& ctx, const Program& prog, int value, int call,
       op.setConstant(poison);
       take(data_of(r));
     };
+    // A tree step: the operand and a copy as the leaves of a tuple, lent or donated, blocking
+    // or started; the result is the first leaf's, which the second must equal.
+    auto reduce_tree = [&](auto blocking, auto started) {
+      auto tree = std::make_tuple(op, T1<T>(op));
+      auto leaves = [&](auto& r) -> auto& {
+        auto& first = std::get<0>(r);
+        using R = typename std::remove_reference_t<decltype(first)>::Scalar;
+        if (!same_values(first, std::get<1>(r))) first.setConstant(R(1));  // not the model's
+        std::get<0>(tree).setConstant(poison);
+        std::get<1>(tree).setConstant(poison);
+        return first;
+      };
+      if (st.start == Start::blocking) {
+        auto r = st.donate ? blocking(std::move(tree)) : blocking(tree);
+        take(leaves(r));
+        return;
+      }
+      auto h = st.donate ? started(std::move(tree)) : started(tree);
+      be_late();
+      auto r = h.wait();
+      take(leaves(r));
+    };
     auto reduce = [&](auto blocking, auto started) {
+      if (st.tree) return reduce_tree(blocking, started);
       if (!st.donate) return run(blocking, started);
       if (st.start == Start::blocking) {
         auto r = blocking(std::move(op));
