@@ -308,6 +308,30 @@ TEST_P(AllocationFaults, StartedCollectivesInFlight) {
                        });
 }
 
+TEST_P(AllocationFaults, StartedTreesInFlight) {
+  // Two started trees (posted: packed into one staged copy each), one leaf donated, waited
+  // for in the other order: any allocation of the starts, the nodes or the waits may fail.
+  const Index len = 8;
+  const F2 x = rows(ni(), len);
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, View<float, 1, RowMajor> v) {
+        const F1 head = pmap::eval(v);
+        auto sums = ctx.psum_start(std::make_tuple(head, F1(pmap::eval(head * 2.f))), "i");
+        auto gathered = ctx.all_gather_start(std::array<F1, 2>{head, head}, "i");
+        const auto g = gathered.wait();
+        const auto [sum, sum2] = sums.wait();
+        F1 out = pmap::eval(sum + sum2 + g[0].chip(0, 0) + g[1].chip(1 % g[1].dimension(0), 0));
+        return out;
+      },
+      on_axis(rt()));
+  const F1 s = column_sums(x);
+  fail_each_allocation("started trees", [&] { return f(x); }, [&](const F2& r) {
+    for (int d = 0; d < n(); ++d)
+      for (Index k = 0; k < len; ++k)
+        EXPECT_EQ(r(d, k), 3.f * s(k) + x(0, k) + x(1 % n(), k)) << "device " << d << " " << k;
+  });
+}
+
 TEST_P(AllocationFaults, NestedPmap) {
   const Index outer_n = n() >= 2 ? 2 : 1;
   const Index inner_n = ni() / outer_n;
@@ -546,6 +570,45 @@ TEST_P(KernelFaults, ThrowAtEveryStartAndWaitOnEveryDevice) {
   const int d_n = n();
   const F2 expected = sums_and_pair_maxima(
       x, d_n, [&](int d, Index k) { return k < 8 ? x((d + d_n - 1) % d_n, k) : 0.f; });
+  EXPECT_TRUE(tensors_equal(f(x), expected));
+  throw_at_every_point(f, x, expected, n(), kPoints, fail_device, fail_point, "start or wait");
+}
+
+/// The same with trees in flight (posted: their leaves pack into one staged copy): a psum of
+/// a tuple, one leaf donated, and a pmax of an array, waited for in the other order.
+TEST_P(KernelFaults, ThrowAtEveryStartAndWaitWithTreesInFlight) {
+  constexpr int kPoints = 5;
+  constexpr Index kLen = 8;
+  const F2 x = rows(ni(), kLen);
+  std::atomic<int> fail_device{-1};
+  std::atomic<int> fail_point{-1};
+  auto f = pmap::pmap(
+      [&](pmap::Context& ctx, View<float, 1, RowMajor> v) {
+        const int me = ctx.axis_index();
+        auto maybe_throw = [&](int j) {
+          if (me == fail_device.load() && j == fail_point.load()) throw Injected(me, j);
+        };
+        const F1 head = pmap::eval(v);
+        maybe_throw(0);
+        auto sums = ctx.psum_start(std::make_tuple(head, F1(pmap::eval(head * 2.f))), "i");
+        maybe_throw(1);
+        auto tops = ctx.pmax_start(std::array<F1, 2>{head, pmap::eval(head + 1.f)}, "i");
+        maybe_throw(2);
+        const auto [top, top1] = tops.wait();
+        maybe_throw(3);
+        const auto [sum, sum2] = sums.wait();
+        maybe_throw(4);
+        F1 out = pmap::eval(sum + sum2 + top + top1);
+        return out;
+      },
+      on_axis(rt()));
+  const F1 s = column_sums(x);
+  F2 expected(n(), kLen);
+  for (Index k = 0; k < kLen; ++k) {
+    float top = x(0, k);
+    for (int d = 1; d < n(); ++d) top = std::max(top, x(d, k));
+    for (int d = 0; d < n(); ++d) expected(d, k) = s(k) + 2.f * s(k) + top + (top + 1.f);
+  }
   EXPECT_TRUE(tensors_equal(f(x), expected));
   throw_at_every_point(f, x, expected, n(), kPoints, fail_device, fail_point, "start or wait");
 }
