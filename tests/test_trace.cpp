@@ -412,6 +412,26 @@ TEST(Trace, TreeCollectivesInFlightCostOneSuspension) {
       });
 }
 
+TEST(Trace, TreePpermutesInFlightCostOneSuspension) {
+  // The halos of two fields, a tuple each way (one donated), posted as one tree each.
+  expect_one_suspension_per_call(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        const F1 y = pmap::eval(x * 2.f);
+        auto right = ctx.ppermute_start(std::tie(x, y), "i", ring(2, 1));
+        auto left = ctx.ppermute_start(std::make_tuple(F1(pmap::eval(x + 1.f)), y), "i",
+                                       ring(2, -1));
+        const auto [rx, ry] = right.wait();
+        const auto [lx, ly] = left.wait();
+        F1 out = pmap::eval(rx + ry + 3.f * lx + ly);
+        return out;
+      },
+      [](const F2& x, Index d, Index k) {
+        const float p = x(1 - d, k);
+        return p + 2.f * p + 3.f * (p + 1.f) + 2.f * p;
+      });
+}
+
 TEST(Trace, NestedCallsInsideTheOuterKernel) {
   pmap::Runtime rt({.num_devices = 8, .num_threads = 2});
   pmap::Runtime& runtime = rt;

@@ -250,6 +250,11 @@ struct tree_op<AllToAllOp<Tiled>> {
   static AllToAllOp<Tiled> make(const AllToAllOp<Tiled>& op) { return op; }
   static constexpr bool donates = true;
 };
+template <>
+struct tree_op<PermuteOp> {
+  static PermuteOp make(const PermuteOp& op) { return op; }
+  static constexpr bool donates = true;
+};
 
 /// A started collective of a tree over the whole team whose leaves pack into one staged copy
 /// (trees.hpp: meet_packed, at most kStagedBytes): posted when it starts, as StartedGroup
@@ -263,9 +268,11 @@ class StartedTree final : public StartedOf<R> {
  public:
   StartedTree(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
 
-  /// Posts collective `name` over group `g` when it can; `make_op(g)` gives its parameters.
+  /// Posts collective `name` over group `g` when it can; `make_op(g)` gives its parameters,
+  /// `salt` is added to its signature (trees.hpp: tree_collective).
   template <class MakeOp>
-  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op, const char* name) {
+  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op, const char* name,
+            std::uint64_t salt = 0) {
     Member& me = Access::member(ctx);
     if (!can_post(me, g, tree_packed_bytes(held_.peek()))) return;
     std::span<const int> members = me.team->local_members();  // as StartedGroup keeps them
@@ -280,6 +287,7 @@ class StartedTree final : public StartedOf<R> {
       tree_.emplace(ctx, held_.peek(), *op_);
     int leaves = 0;
     Collective c = describe_tree(*tree_, name, me.team->slot(me.index), leaves, bytes_);
+    c.signature ^= salt;
     alignas(64) unsigned char packed[kStagedBytes];
     pack_leaves(*tree_, packed);
     c.bytes = bytes_;
@@ -570,10 +578,24 @@ auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat
 template <class X>
 auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
   using D = std::remove_cvref_t<X>;
-  if constexpr (detail::is_operand_tree_v<D> || detail::is_core_dense_v<D>) {
-    return detail::start(*this, "ppermute", std::forward<X>(x), [axes = std::move(axes), perm](Context& c, auto&& v) {
-      return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
+  auto call = [axes, perm](Context& c, auto&& v) {
+    return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
+  };
+  if constexpr (detail::is_core_dense_v<D>) {
+    return detail::start(*this, "ppermute", std::forward<X>(x), std::move(call));
+  } else if constexpr (detail::is_operand_tree_v<D>) {
+    auto held = detail::hold(std::forward<X>(x));
+    using Held = decltype(held);
+    using R = std::remove_cvref_t<decltype(call(*this, held.get()))>;
+    using Started = detail::StartedTree<R, Held, detail::PermuteOp, decltype(call)>;
+    auto op = std::make_unique<Started>(std::move(held), std::move(call));
+    detail::Access::make_room(*this);
+    detail::Access::posting(*this, [&] {
+      const detail::PermuteOp permute = detail::ppermute_op(*this, axes, perm);
+      op->post(*this, *permute.g, [&permute](const detail::GroupInfo&) { return permute; },
+               permute.name, permute.perm_hash);
     });
+    return detail::enqueue(*this, "ppermute", std::move(op));
   } else {
     auto held = detail::hold(std::forward<X>(x));
     auto op = std::make_unique<detail::StartedPermute<decltype(held)>>(std::move(held));
