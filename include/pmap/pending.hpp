@@ -88,17 +88,6 @@ auto hold(X&& x) {
   }
 }
 
-/// The bytes of operand x (a tensor, TensorMap, scalar or Core object): what a posted
-/// collective stages of it.
-template <class X>
-std::size_t operand_bytes(const X& x) {
-  constexpr std::size_t scalar = sizeof(typename output_leaf<X>::scalar);
-  if constexpr (is_arithmetic_scalar_v<X>)
-    return scalar;
-  else
-    return scalar * static_cast<std::size_t>(x.size());
-}
-
 /// A started ppermute of one tensor or scalar: posted when it starts if its path allows it
 /// (rendezvous.hpp: Posted: staged, point to point), so that it travels while the device
 /// computes and its wait() finds it arrived; otherwise the blocking ppermute runs when it
@@ -174,6 +163,18 @@ inline constexpr bool posts_core = false;
 template <OpKind K>
 inline constexpr bool posts_core<ReduceOp<K>> = true;
 
+/// The members a posted collective over group `g` waits for (rendezvous.hpp: PostedGroup):
+/// the team in its own order, referenced, or g's order, kept in `kept` (the device's group
+/// cache is rewritten by later lookups).
+inline std::span<const int> posted_members(const Team& team, const GroupInfo& g,
+                                           std::vector<int>& kept) {
+  std::span<const int> members = team.local_members();
+  if (std::equal(g.members.begin(), g.members.end(), members.begin(), members.end()))
+    return members;
+  kept = g.members;
+  return kept;
+}
+
 /// A started collective of one tensor, scalar or Core operand (a reduction's) over the whole
 /// team (psum, pmean, pmax, pmin, all_gather, psum_scatter, all_to_all): posted when it
 /// starts if it takes the staged path (rendezvous.hpp: PostedGroup), its leaf (Op::Leaf:
@@ -189,17 +190,13 @@ class StartedGroup final : public StartedOf<R> {
  public:
   StartedGroup(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
 
-  /// Posts it over group `g` when it can; `make_op(g)` gives its parameters.
+  /// Posts it over group `g` when it can; `make_op(g)` gives its parameters (its leaf
+  /// describes it by its own name).
   template <class MakeOp>
-  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op) {
+  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op, const char* /*name*/) {
     const Member& me = Access::member(ctx);
     if (!can_post(me, g, operand_bytes(held_.peek()))) return;
-    const Team& team = *me.team;
-    std::span<const int> members = team.local_members();  // the team in its own order
-    if (!std::equal(g.members.begin(), g.members.end(), members.begin(), members.end())) {
-      kept_members_ = g.members;
-      members = kept_members_;
-    }
+    const std::span<const int> members = posted_members(*me.team, g, kept_members_);
     leaf_.emplace(ctx, held_.get(), make_op(g));
     posted_ = post_group(Access::member(ctx), g, leaf_->describe(), members);
     this->posted = true;
@@ -275,16 +272,12 @@ class StartedTree final : public StartedOf<R> {
             std::uint64_t salt = 0) {
     Member& me = Access::member(ctx);
     if (!can_post(me, g, tree_packed_bytes(held_.peek()))) return;
-    std::span<const int> members = me.team->local_members();  // as StartedGroup keeps them
-    if (!std::equal(g.members.begin(), g.members.end(), members.begin(), members.end())) {
-      kept_members_ = g.members;
-      members = kept_members_;
-    }
-    op_.emplace(tree_op<Op>::make(make_op(g)));
+    const std::span<const int> members = posted_members(*me.team, g, kept_members_);
+    const TreeOp op = tree_op<Op>::make(make_op(g));  // the leaves keep what they need of it
     if constexpr (tree_op<Op>::donates)
-      tree_.emplace(ctx, held_.get(), *op_);
+      tree_.emplace(ctx, held_.get(), op);
     else
-      tree_.emplace(ctx, held_.peek(), *op_);
+      tree_.emplace(ctx, held_.peek(), op);
     int leaves = 0;
     Collective c = describe_tree(*tree_, name, me.team->slot(me.index), leaves, bytes_);
     c.signature ^= salt;
@@ -311,7 +304,6 @@ class StartedTree final : public StartedOf<R> {
  private:
   Held held_;
   Call call_;
-  std::optional<TreeOp> op_;
   std::optional<TreeNode<TreeOp, X>> tree_;
   std::size_t bytes_ = 0;
   std::vector<int> kept_members_;
@@ -347,24 +339,16 @@ auto start_group(Context& ctx, const char* name, X&& x, const AxisNames& axes,
   using D = std::remove_cvref_t<X>;
   if constexpr (is_core_dense_v<D> && !posts_core<Op>) {
     return start(ctx, name, std::forward<X>(x), std::move(call));
-  } else if constexpr (is_operand_tree_v<D>) {
-    auto held = hold(std::forward<X>(x));
-    using Held = decltype(held);
-    using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
-    auto op = std::make_unique<StartedTree<R, Held, Op, Call>>(std::move(held), std::move(call));
-    Access::make_room(ctx);
-    Access::posting(ctx, [&] {
-      op->post(ctx, Access::group(ctx, axes, groups, equal_sizes, name), make_op, name);
-    });
-    return enqueue(ctx, name, std::move(op));
   } else {
     auto held = hold(std::forward<X>(x));
     using Held = decltype(held);
     using R = std::remove_cvref_t<decltype(call(ctx, held.get()))>;
-    auto op = std::make_unique<StartedGroup<R, Held, Op, Call>>(std::move(held), std::move(call));
+    using Posting = std::conditional_t<is_operand_tree_v<D>, StartedTree<R, Held, Op, Call>,
+                                       StartedGroup<R, Held, Op, Call>>;
+    auto op = std::make_unique<Posting>(std::move(held), std::move(call));
     Access::make_room(ctx);
     Access::posting(ctx, [&] {
-      op->post(ctx, Access::group(ctx, axes, groups, equal_sizes, name), make_op);
+      op->post(ctx, Access::group(ctx, axes, groups, equal_sizes, name), make_op, name);
     });
     return enqueue(ctx, name, std::move(op));
   }

@@ -312,6 +312,17 @@ Collective describe_tree(Tree& tree, const char* name, Slot& slot, int& leaves, 
                     described, 0, nullptr, nullptr, 1};
 }
 
+/// The bytes of operand x (a tensor, TensorMap, scalar or Core object): what a posted
+/// collective stages of it.
+template <class X>
+std::size_t operand_bytes(const X& x) {
+  constexpr std::size_t scalar = sizeof(typename output_leaf<X>::scalar);
+  if constexpr (is_arithmetic_scalar_v<X>)
+    return scalar;
+  else
+    return scalar * static_cast<std::size_t>(x.size());
+}
+
 /// The packed bytes of a tree operand: what describe_tree() counts once its nodes are built
 /// (each leaf's input, aligned as pack_leaves() places it).
 template <class X>
@@ -321,14 +332,10 @@ std::size_t tree_packed_bytes(const X& x) {
     if constexpr (requires { typename X::value_type; })
       for (const auto& elem : x) total += tree_packed_bytes(elem);
     else
-      std::apply([&total](const auto&... elems) { ((total += tree_packed_bytes(elems)), ...); }, x);
+      std::apply([&total](const auto&... e) { ((total += tree_packed_bytes(e)), ...); }, x);
     return total;
   } else {
-    constexpr std::size_t scalar = sizeof(typename output_leaf<X>::scalar);
-    if constexpr (is_arithmetic_scalar_v<X>)
-      return packed_size(scalar);
-    else
-      return packed_size(scalar * static_cast<std::size_t>(x.size()));
+    return packed_size(operand_bytes(x));
   }
 }
 
