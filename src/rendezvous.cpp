@@ -2,6 +2,8 @@
 // work reaching them through a PeerWork.
 #include "pmap/detail/rendezvous.hpp"
 
+#include "pmap/detail/cpu_relax.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -68,8 +70,6 @@ int stage(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t sig
   const int copy = static_cast<int>(me.staged % kStagedCopies);
   await_copy_readers(me, copy);
   base = me.phase;
-  if (c.source != Collective::kWholeGroup)
-    team.record_unread(me.index, base / kPhasesPerCollective, signature, desc, g.axis_label);
   team.publish_staged(me.index, desc, g.axis_label, signature, me.staged++, c.in, c.bytes,
                       started);
   note_copy_readers(me, g, c, copy, base);
@@ -96,15 +96,22 @@ void meet_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint6
 /// The first half of a staged point-to-point collective (rendezvous.hpp: Posted).
 Posted post_staged(Member& me, const GroupInfo& g, const Collective& c, std::uint64_t signature,
                    const OpDescRef& desc, bool started) {
+  {
+    const Slot& mine = me.team->slot(me.index);
+    prefetch_for_write(&mine.phase);
+    prefetch_for_write(&mine.small_copies);
+  }
   std::uint64_t base = 0;
   const int copy = stage(me, g, c, signature, desc, base, started);
   const int source = c.source >= 0 ? g.members[static_cast<std::size_t>(c.source)] : -1;
   me.phase = base + kPhasesPerCollective;
-  // The arrival last, and nothing after it that reads back what was just written in another
-  // width (a Posted built in memory field by field and returned in registers): such a load
-  // waits until the store buffer drained, arrival included, which waits for the line the
-  // source polls.
+  // The arrival as early as it can be, and nothing after it that reads back what was just
+  // written in another width (a Posted built in memory field by field and returned in
+  // registers): such a load waits until the store buffer drained, arrival included, which
+  // waits for the line the source polls. The history, which only the end of the call reads,
+  // is written after it, while the arrival travels.
   me.team->arrive_posted(me.index, base + 1);
+  me.team->record_unread(me.index, base / kPhasesPerCollective, signature, desc, g.axis_label);
   return Posted{base, copy, source};
 }
 

@@ -231,7 +231,10 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
     if (mine.phases_left++ % kTimedPhase == 0) mine.departed = Clock::now();
   };
   if (complete) return depart();
-  settle(me);
+  // Not settled here (Team::settle): its fence would wait for the line of this device's
+  // arrival, which the peer it waits for polls, before this device may poll the peer's. A
+  // peer that suspended on it meanwhile shows as blocked within 16 spins, and suspend_until()
+  // settles before this device suspends in turn.
   const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
   SpinWaiter waiter(mine.phase_length);
   for (int i = 0;; ++i) {

@@ -128,7 +128,7 @@ class StartedPermute final
       this->result.emplace(ctx.ppermute(held_.get(), axes_, perm_));
       return;
     }
-    PermuteLeaf<X> leaf(ctx, held_.get(), op_);  // before the wait for the source
+    PermuteLeaf<X> leaf(ctx, held_.get(), op_, PostedBefore{});  // before the wait
     const void* from = detail::complete(Access::member(ctx), posted_, leaf.bytes());
     leaf.work(0, [from](int) { return from; });
     this->result.emplace(leaf.take());
@@ -562,13 +562,19 @@ auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat
 template <class X>
 auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
   using D = std::remove_cvref_t<X>;
-  auto call = [axes, perm](Context& c, auto&& v) {
-    return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
+  // The blocking ppermute, for what is not posted (a Core operand) or may not be (a tree):
+  // not built for one tensor or scalar, whose StartedPermute keeps the pairs only when it
+  // is not posted (the capture copies them, an allocation per start).
+  const auto blocking = [&axes, &perm] {
+    return [axes, perm](Context& c, auto&& v) {
+      return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
+    };
   };
   if constexpr (detail::is_core_dense_v<D>) {
-    return detail::start(*this, "ppermute", std::forward<X>(x), std::move(call));
+    return detail::start(*this, "ppermute", std::forward<X>(x), blocking());
   } else if constexpr (detail::is_operand_tree_v<D>) {
     auto held = detail::hold(std::forward<X>(x));
+    auto call = blocking();
     using Held = decltype(held);
     using R = std::remove_cvref_t<decltype(call(*this, held.get()))>;
     using Started = detail::StartedTree<R, Held, detail::PermuteOp, decltype(call)>;

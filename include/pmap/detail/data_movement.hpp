@@ -172,6 +172,10 @@ inline void add_permutation(Collective& c, const PermuteOp& op) {
   c.reader = op.to;
 }
 
+/// A leaf built for a collective described when it was posted (StartedPermute, when it
+/// completes): its result and operand only, not its description again.
+struct PostedBefore {};
+
 template <class X>
 class PermuteLeaf : public Described {
   using T = typename Operand<X>::T;
@@ -179,9 +183,14 @@ class PermuteLeaf : public Described {
  public:
   template <class Source>
   PermuteLeaf(Context& ctx, Source&& x, const PermuteOp& op)
+      : PermuteLeaf(ctx, std::forward<Source>(x), op, PostedBefore{}) {
+    described_ = describe_permute<T>(op, op_.shape(), op_.data(), result_.data());
+  }
+  template <class Source>
+  PermuteLeaf(Context& ctx, Source&& x, const PermuteOp& op, PostedBefore)
       : ctx_(ctx), op_(std::forward<Source>(x)), from_(op.from),
         result_(make_result<T, Operand<X>::rank, Operand<X>::layout>(ctx, op_.shape())) {
-    described_ = describe_permute<T>(op, op_.shape(), op_.data(), result_.data());
+    described_.bytes = static_cast<std::size_t>(op_.shape().size()) * sizeof(T);
   }
 
   template <class Input>
