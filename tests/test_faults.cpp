@@ -332,6 +332,34 @@ TEST_P(AllocationFaults, StartedTreesInFlight) {
   });
 }
 
+TEST_P(AllocationFaults, StartedCorePpermutesInFlight) {
+  // Two started ppermutes of Eigen Core operands (posted: their storage seen as a tensor),
+  // a Matrix read where it is and a donated one, waited for in the other order: any
+  // allocation of the starts, the leaves or the waits may fail.
+  const Index len = 8;
+  const F2 x = rows(ni(), len);
+  auto f = pmap::pmap(
+      [](pmap::Context& ctx, View<float, 1, RowMajor> v) {
+        const Eigen::RowVectorXf m = Eigen::Map<const Eigen::RowVectorXf>(v.data(), len);
+        const int n = ctx.axis_size();
+        auto right = ctx.ppermute_start(m, "i", ring(n, 1));
+        auto left = ctx.ppermute_start(Eigen::RowVectorXf(m * 2.f), "i", ring(n, -1));
+        const Eigen::RowVectorXf l = left.wait();
+        const Eigen::RowVectorXf r = right.wait();
+        F1 out(len);
+        for (Index k = 0; k < len; ++k) out(k) = r(k) + l(k);
+        return out;
+      },
+      on_axis(rt()));
+  fail_each_allocation("started Core ppermutes", [&] { return f(x); }, [&](const F2& r) {
+    const int d_n = n();
+    for (int d = 0; d < d_n; ++d)
+      for (Index k = 0; k < len; ++k)
+        EXPECT_EQ(r(d, k), x((d + d_n - 1) % d_n, k) + 2.f * x((d + 1) % d_n, k))
+            << "device " << d << " " << k;
+  });
+}
+
 TEST_P(AllocationFaults, NestedPmap) {
   const Index outer_n = n() >= 2 ? 2 : 1;
   const Index inner_n = ni() / outer_n;

@@ -393,6 +393,25 @@ TEST(Trace, ReductionsOfCoreOperandsInFlightCostOneSuspension) {
       });
 }
 
+TEST(Trace, CorePpermutesInFlightCostOneSuspension) {
+  // The halos of Eigen Core operands (SPEC 10), a Matrix read where it is and a Map
+  // evaluated, posted as a tensor's are.
+  expect_one_suspension_per_call(
+      [](pmap::Context& ctx, auto v) {
+        const F1 x = pmap::eval(v);
+        const Eigen::RowVectorXf m = Eigen::Map<const Eigen::RowVectorXf>(x.data(), x.size());
+        auto right = ctx.ppermute_start(m, "i", ring(2, 1));
+        auto left = ctx.ppermute_start(Eigen::Map<const Eigen::RowVectorXf>(x.data(), x.size()),
+                                       "i", ring(2, -1));
+        const Eigen::RowVectorXf r = right.wait();
+        const Eigen::RowVectorXf l = left.wait();
+        F1 out(x.size());
+        for (Index k = 0; k < x.size(); ++k) out(k) = r(k) + 3.f * l(k);
+        return out;
+      },
+      [](const F2& x, Index d, Index k) { return x(1 - d, k) + 3.f * x(1 - d, k); });
+}
+
 TEST(Trace, TreeCollectivesInFlightCostOneSuspension) {
   // The same for trees whose leaves pack into one staged copy: a pmean of a tuple (one leaf
   // donated) and an all_gather of an array of two leaves, both posted when they start.

@@ -4,9 +4,9 @@
 /// A started collective takes its place in the device's sequence of collectives when it is
 /// started: its operand is held (an rvalue tensor or tree owned, donated when it runs; an
 /// lvalue referenced; an expression evaluated now), and the collective is queued on the
-/// device (Context::started_). A small collective of one tensor or scalar over the whole
-/// team (a ppermute: rendezvous.hpp: Posted; a psum, all_gather, psum_scatter, all_to_all:
-/// PostedGroup) is posted at once: its input staged and its arrival published, so that it
+/// device (Context::started_). A small collective of a tensor, scalar, Eigen Core operand or
+/// tree over the whole team (a ppermute: rendezvous.hpp: Posted; a psum, all_gather,
+/// psum_scatter, all_to_all, and a tree's ppermute: PostedGroup) is posted at once: its input staged and its arrival published, so that it
 /// travels while the device computes; its wait() completes it, reading its peers' copies. The
 /// other entries of the queue run in start order, each on the engine of the blocking collective
 /// (one engine: `wait()` returns what the blocking call returns, bit for bit, on every path),
@@ -154,6 +154,49 @@ template <class Op, class Source, class X>
   requires is_core_dense_v<X>
 struct leaf_for<Op, Source, X> {
   using type = CoreLeaf<Op, X, !std::is_lvalue_reference_v<Source>>;
+};
+
+/// A started ppermute of an Eigen Core operand (SPEC 10): posted when it starts if its path
+/// allows it, as one tensor's is (StartedPermute), its leaf built then (CoreLeaf: the
+/// operand's storage seen as a tensor, a Map or expression evaluated, an rvalue owned; the
+/// staged input is that view, so the leaf lives from the start); otherwise `call`, the
+/// blocking ppermute, runs when it must. Its signature is the blocking Core ppermute's, which
+/// permutes the same view.
+template <class R, class Held, class Call>
+class StartedCorePermute final : public StartedOf<R> {
+  using Leaf = typename leaf_for<PermuteOp, decltype(std::declval<Held&>().get())>::type;
+
+ public:
+  StartedCorePermute(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
+
+  void post(Context& ctx, const AxisNames& axes, const std::vector<std::pair<int, int>>& perm) {
+    const PermuteOp op = ppermute_op(ctx, axes, perm);
+    Member& me = Access::member(ctx);
+    if (!can_post(me, *op.g, operand_bytes(held_.peek()))) return;
+    leaf_.emplace(ctx, held_.get(), op);
+    Collective c = leaf_->describe();
+    add_permutation(c, op);
+    posted_ = detail::post(me, *op.g, c, true);
+    this->posted = true;
+  }
+  void run(Context& ctx) override {
+    if (!this->posted) {
+      this->result.emplace(call_(ctx, held_.get()));
+      return;
+    }
+    const void* from = detail::complete(Access::member(ctx), posted_, leaf_->bytes());
+    leaf_->leaf().work(0, [from](int) { return from; });
+    this->result.emplace(leaf_->take());
+  }
+  bool arrived(const Context& ctx) const override {
+    return this->posted && detail::arrived(Access::member(ctx), posted_);
+  }
+
+ private:
+  Held held_;
+  Call call_;
+  std::optional<Leaf> leaf_;
+  Posted posted_;
 };
 
 /// Whether Op's started collective of a Core operand is posted (the reductions: the only
@@ -562,16 +605,24 @@ auto Context::all_to_all_start(X&& x, AxisNames axes, int split_axis, int concat
 template <class X>
 auto Context::ppermute_start(X&& x, AxisNames axes, const std::vector<std::pair<int, int>>& perm) {
   using D = std::remove_cvref_t<X>;
-  // The blocking ppermute, for what is not posted (a Core operand) or may not be (a tree):
-  // not built for one tensor or scalar, whose StartedPermute keeps the pairs only when it
-  // is not posted (the capture copies them, an allocation per start).
+  // The blocking ppermute, for a Core operand or a tree that may not be posted: not built
+  // for one tensor or scalar, whose StartedPermute keeps the pairs only when it is not
+  // posted (the capture copies them, an allocation per start).
   const auto blocking = [&axes, &perm] {
     return [axes, perm](Context& c, auto&& v) {
       return c.ppermute(std::forward<decltype(v)>(v), axes, perm);
     };
   };
   if constexpr (detail::is_core_dense_v<D>) {
-    return detail::start(*this, "ppermute", std::forward<X>(x), blocking());
+    auto held = detail::hold(std::forward<X>(x));
+    auto call = blocking();
+    using Held = decltype(held);
+    using R = std::remove_cvref_t<decltype(call(*this, held.get()))>;
+    using Started = detail::StartedCorePermute<R, Held, decltype(call)>;
+    auto op = std::make_unique<Started>(std::move(held), std::move(call));
+    detail::Access::make_room(*this);
+    detail::Access::posting(*this, [&] { op->post(*this, axes, perm); });
+    return detail::enqueue(*this, "ppermute", std::move(op));
   } else if constexpr (detail::is_operand_tree_v<D>) {
     auto held = detail::hold(std::forward<X>(x));
     auto call = blocking();
