@@ -45,6 +45,19 @@ class StartedOf : public Started {
   std::optional<R> result;
 };
 
+/// A started collective that may be posted when it starts (P: rendezvous.hpp's Posted or
+/// PostedGroup, its first half), which its run() completes.
+template <class R, class P>
+class PostedOf : public StartedOf<R> {
+ public:
+  bool arrived(const Context& ctx) const override {
+    return this->posted && detail::arrived(Access::member(ctx), posted_);
+  }
+
+ protected:
+  P posted_;
+};
+
 /// The collective itself: `call(ctx, held)` runs the blocking collective on the held operand.
 template <class R, class Held, class Call>
 class StartedWith final : public StartedOf<R> {
@@ -98,8 +111,10 @@ auto hold(X&& x) {
 /// that its destination polls.
 template <class Held>
 class StartedPermute final
-    : public StartedOf<std::remove_cvref_t<decltype(std::declval<Context&>().ppermute(
-          std::declval<Held&>().get(), AxisNames{}, std::vector<std::pair<int, int>>{}))>> {
+    : public PostedOf<std::remove_cvref_t<decltype(std::declval<Context&>().ppermute(
+                          std::declval<Held&>().get(), AxisNames{},
+                          std::vector<std::pair<int, int>>{}))>,
+                      Posted> {
   using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
   using T = typename Operand<X>::T;
 
@@ -119,7 +134,7 @@ class StartedPermute final
     const Operand<X> input(held_.peek());  // staged by post(): read there only
     Collective c = describe_permute<T>(op, input.shape(), input.data(), nullptr);
     add_permutation(c, op);
-    posted_ = detail::post(Access::member(ctx), *op.g, c, true);
+    this->posted_ = detail::post(Access::member(ctx), *op.g, c, true);
     op_ = op;
     this->posted = true;
   }
@@ -129,12 +144,9 @@ class StartedPermute final
       return;
     }
     PermuteLeaf<X> leaf(ctx, held_.get(), op_, PostedBefore{});  // before the wait
-    const void* from = detail::complete(Access::member(ctx), posted_, leaf.bytes());
+    const void* from = detail::complete(Access::member(ctx), this->posted_, leaf.bytes());
     leaf.work(0, [from](int) { return from; });
     this->result.emplace(leaf.take());
-  }
-  bool arrived(const Context& ctx) const override {
-    return this->posted && detail::arrived(Access::member(ctx), posted_);
   }
 
  private:
@@ -142,7 +154,6 @@ class StartedPermute final
   AxisNames axes_;
   std::vector<std::pair<int, int>> perm_;
   PermuteOp op_{};
-  Posted posted_;
 };
 
 /// The leaf a started collective Op of operand `Source` (what its Held gives) builds.
@@ -163,7 +174,7 @@ struct leaf_for<Op, Source, X> {
 /// blocking ppermute, runs when it must. Its signature is the blocking Core ppermute's, which
 /// permutes the same view.
 template <class R, class Held, class Call>
-class StartedCorePermute final : public StartedOf<R> {
+class StartedCorePermute final : public PostedOf<R, Posted> {
   using Leaf = typename leaf_for<PermuteOp, decltype(std::declval<Held&>().get())>::type;
 
  public:
@@ -176,7 +187,7 @@ class StartedCorePermute final : public StartedOf<R> {
     leaf_.emplace(ctx, held_.get(), op);
     Collective c = leaf_->describe();
     add_permutation(c, op);
-    posted_ = detail::post(me, *op.g, c, true);
+    this->posted_ = detail::post(me, *op.g, c, true);
     this->posted = true;
   }
   void run(Context& ctx) override {
@@ -184,19 +195,15 @@ class StartedCorePermute final : public StartedOf<R> {
       this->result.emplace(call_(ctx, held_.get()));
       return;
     }
-    const void* from = detail::complete(Access::member(ctx), posted_, leaf_->bytes());
+    const void* from = detail::complete(Access::member(ctx), this->posted_, leaf_->bytes());
     leaf_->leaf().work(0, [from](int) { return from; });
     this->result.emplace(leaf_->take());
-  }
-  bool arrived(const Context& ctx) const override {
-    return this->posted && detail::arrived(Access::member(ctx), posted_);
   }
 
  private:
   Held held_;
   Call call_;
   std::optional<Leaf> leaf_;
-  Posted posted_;
 };
 
 /// Whether Op's started collective of a Core operand is posted (the reductions: the only
@@ -225,7 +232,7 @@ inline std::span<const int> posted_members(const Team& team, const GroupInfo& g,
 /// device computes and its wait() finds them arrived; otherwise `call`, the blocking
 /// collective, runs when it must, as every other started collective does.
 template <class R, class Held, class Op, class Call>
-class StartedGroup final : public StartedOf<R> {
+class StartedGroup final : public PostedOf<R, PostedGroup> {
   using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
   using T = typename output_leaf<X>::scalar;
   using Leaf = typename leaf_for<Op, decltype(std::declval<Held&>().get())>::type;
@@ -241,7 +248,7 @@ class StartedGroup final : public StartedOf<R> {
     if (!can_post(me, g, operand_bytes(held_.peek()))) return;
     const std::span<const int> members = posted_members(*me.team, g, kept_members_);
     leaf_.emplace(ctx, held_.get(), make_op(g));
-    posted_ = post_group(Access::member(ctx), g, leaf_->describe(), members);
+    this->posted_ = post_group(Access::member(ctx), g, leaf_->describe(), members);
     this->posted = true;
   }
   void run(Context& ctx) override {
@@ -249,11 +256,9 @@ class StartedGroup final : public StartedOf<R> {
       this->result.emplace(call_(ctx, held_.get()));
       return;
     }
-    complete_typed<T>(ctx, posted_, leaf_->bytes(), [this](Peers<T>& peers) { work(peers); });
+    complete_typed<T>(ctx, this->posted_, leaf_->bytes(),
+                      [this](Peers<T>& peers) { work(peers); });
     this->result.emplace(leaf_->take());
-  }
-  bool arrived(const Context& ctx) const override {
-    return this->posted && detail::arrived(Access::member(ctx), posted_);
   }
 
  private:
@@ -268,7 +273,6 @@ class StartedGroup final : public StartedOf<R> {
   Call call_;
   std::optional<Leaf> leaf_;
   std::vector<int> kept_members_;
-  PostedGroup posted_;
 };
 
 /// The collective of a tree's leaves that a started collective Op (one operand's) is, as the
@@ -301,17 +305,18 @@ struct tree_op<PermuteOp> {
 /// posts one operand, its nodes (results, the operands taken over) built then. Otherwise
 /// `call`, the blocking collective, runs when it must.
 template <class R, class Held, class Op, class Call>
-class StartedTree final : public StartedOf<R> {
+class StartedTree final : public PostedOf<R, PostedGroup> {
   using X = std::remove_cvref_t<decltype(std::declval<Held&>().get())>;
   using TreeOp = decltype(tree_op<Op>::make(std::declval<const Op&>()));
 
  public:
   StartedTree(Held held, Call call) : held_(std::move(held)), call_(std::move(call)) {}
 
-  /// Posts collective `name` over group `g` when it can; `make_op(g)` gives its parameters,
-  /// `salt` is added to its signature (trees.hpp: tree_collective).
+  /// Posts collective `op_name` over group `g` when it can; `make_op(g)` gives its
+  /// parameters, `salt` is added to its signature (trees.hpp: tree_collective). (Not `name`:
+  /// that is Started's, and -Wshadow in a user's build would say so.)
   template <class MakeOp>
-  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op, const char* name,
+  void post(Context& ctx, const GroupInfo& g, const MakeOp& make_op, const char* op_name,
             std::uint64_t salt = 0) {
     Member& me = Access::member(ctx);
     if (!can_post(me, g, tree_packed_bytes(held_.peek()))) return;
@@ -322,13 +327,13 @@ class StartedTree final : public StartedOf<R> {
     else
       tree_.emplace(ctx, held_.peek(), op);
     int leaves = 0;
-    Collective c = describe_tree(*tree_, name, me.team->slot(me.index), leaves, bytes_);
+    Collective c = describe_tree(*tree_, op_name, me.team->slot(me.index), leaves, bytes_);
     c.signature ^= salt;
     alignas(64) unsigned char packed[kStagedBytes];
     pack_leaves(*tree_, packed);
     c.bytes = bytes_;
     c.in = packed;
-    posted_ = post_group(me, g, c, members);
+    this->posted_ = post_group(me, g, c, members);
     this->posted = true;
   }
   void run(Context& ctx) override {
@@ -337,11 +342,8 @@ class StartedTree final : public StartedOf<R> {
       return;
     }
     const auto work = [this](Peers<unsigned char>& peers) { work_packed(*tree_, peers); };
-    complete_typed<unsigned char>(ctx, posted_, bytes_, work);
+    complete_typed<unsigned char>(ctx, this->posted_, bytes_, work);
     this->result.emplace(tree_->take());
-  }
-  bool arrived(const Context& ctx) const override {
-    return this->posted && detail::arrived(Access::member(ctx), posted_);
   }
 
  private:
@@ -350,7 +352,6 @@ class StartedTree final : public StartedOf<R> {
   std::optional<TreeNode<TreeOp, X>> tree_;
   std::size_t bytes_ = 0;
   std::vector<int> kept_members_;
-  PostedGroup posted_;
 };
 
 /// Queues `op`, collective `name` just started (or posted) on `ctx`, and returns its Pending.
