@@ -233,8 +233,9 @@ void Team::wait_for(int me, std::span<const int> members, std::uint64_t target,
   if (complete) return depart();
   // Not settled here (Team::settle): its fence would wait for the line of this device's
   // arrival, which the peer it waits for polls, before this device may poll the peer's. A
-  // peer that suspended on it meanwhile shows as blocked within 16 spins, and suspend_until()
-  // settles before this device suspends in turn.
+  // peer that suspended on this device meanwhile is resumed by its next settle: the awaited
+  // peer shows as blocked within 16 spins, and any wait ends in suspend_until() after at
+  // most kSpinIterations spins, which settles first.
   const std::int64_t waited = tracing::recording() ? tracing::now() : -1;
   SpinWaiter waiter(mine.phase_length);
   for (int i = 0;; ++i) {
